@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import faiss
+from faiss.contrib.factory_tools import reverse_index_factory
 import numpy as np
 
 from harness.errors import ConfigError
@@ -30,7 +31,7 @@ class DenseFaissIndex:
         if not index.is_trained:
             index.train(vectors)
         index.add(vectors)
-        back = faiss.reverse_index_factory(index)
+        back = reverse_index_factory(index)
         if back != factory:
             raise ConfigError(f"faiss:{factory} built an index whose factory string reads back as {back!r}")
         return cls(index, factory)
