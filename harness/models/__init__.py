@@ -1,0 +1,1 @@
+"""Backbones by name (see harness.models.backbones)."""

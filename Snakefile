@@ -1,0 +1,19 @@
+# The reproduction DAG: datasets -> decontam -> train -> index -> search (+ timing) -> evaluate
+# -> tables -> regression and claims. Every rule runs `python -m harness ...`; the package works
+# without Snakemake. Profiles: --configfile configs/profiles/small.yaml (or paper.yaml).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "configs/default.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/index.smk"
+include: "workflow/rules/search.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/tables.smk"
+include: "workflow/rules/report.smk"

@@ -1,0 +1,84 @@
+"""Read and write prepared dataset folders (streaming: the corpus is never loaded whole)."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from harness.datasets import Doc, Query
+from harness.errors import DataError
+from harness.io import iter_jsonl, write_jsonl
+
+CORPUS = "corpus.jsonl"
+QRELS = "qrels-test.txt"
+
+
+def queries_file(split: str) -> str:
+    return f"queries-{split}.jsonl"
+
+
+def write_corpus(folder: Path, docs: Iterable[Doc]) -> int:
+    seen: set[str] = set()
+
+    def checked() -> Iterator[dict]:
+        for d in docs:
+            if d.id in seen:
+                raise DataError(f"duplicate document id {d.id!r} while writing {folder / CORPUS}")
+            seen.add(d.id)
+            yield {"id": d.id, "title": d.title, "text": d.text}
+
+    return write_jsonl(folder / CORPUS, checked())
+
+
+def write_queries(folder: Path, split: str, queries: Iterable[Query]) -> int:
+    def rows() -> Iterator[dict]:
+        for q in queries:
+            rec = {"id": q.id, "text": q.text}
+            if q.answers is not None:
+                rec["answers"] = list(q.answers)
+            if q.gold is not None:
+                rec["gold"] = list(q.gold)
+            yield rec
+
+    return write_jsonl(folder / queries_file(split), rows())
+
+
+def iter_corpus(folder: Path) -> Iterator[Doc]:
+    path = Path(folder) / CORPUS
+    for rec in iter_jsonl(path):
+        try:
+            yield Doc(str(rec["id"]), rec.get("title") or "", rec["text"])
+        except KeyError as exc:
+            raise DataError(f"{path}: record {rec.get('id')!r} lacks field {exc}") from None
+
+
+def read_queries(folder: Path, split: str) -> list[Query]:
+    path = Path(folder) / queries_file(split)
+    out = []
+    for rec in iter_jsonl(path):
+        out.append(Query(str(rec["id"]), rec["text"], rec.get("answers"), rec.get("gold")))
+    return out
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """TREC qrels ``qid 0 docid rel``; malformed lines raise DataError with file:line."""
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 4:
+                raise DataError(f"{path}:{lineno}: expected 4 columns 'qid 0 docid rel', got {len(parts)}")
+            try:
+                rel = int(parts[3])
+            except ValueError:
+                raise DataError(f"{path}:{lineno}: relevance {parts[3]!r} is not an integer") from None
+            qrels.setdefault(parts[0], {})[parts[2]] = rel
+    return qrels
+
+
+def write_qrels(path: Path, qrels: dict[str, dict[str, int]]) -> None:
+    from harness.io import atomic_write_text
+
+    lines = [f"{q} 0 {d} {r}" for q, docs in qrels.items() for d, r in docs.items()]
+    atomic_write_text(path, "\n".join(lines) + "\n")

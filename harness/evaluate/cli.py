@@ -1,0 +1,62 @@
+"""`python -m harness evaluate --dataset KEY --run RUN --out JSON`.
+
+QA datasets (questions with answers): DPR-style top-k accuracy, reported as ``Success@k`` with
+the dataset's answer rule (config key ``datasets.<key>.answer_rule``, default dpr-string),
+passage text only. qrels datasets: the ir_measures of ``evaluate.ir_measures``.
+Values are fractions in [0, 1].
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.config import add_config_argument, load_config
+from harness.datasets import store
+from harness.evaluate import ir, qa
+from harness.io import write_json
+from harness.methods.base import Context
+from harness.runs import read_run
+
+
+def evaluate_run(cfg, dataset: str, run_path: Path, split: str = "test") -> dict:
+    ctx = Context(cfg, "bm25", dataset)
+    folder = ctx.data_dir()
+    run = read_run(run_path)
+    queries = store.read_queries(folder, split)
+    out: dict = {"dataset": dataset, "dataset_id": cfg["datasets"][dataset]["id"], "split": split,
+                 "queries": len(queries), "measures": {}}
+    answered = {q.id: q.answers for q in queries if q.answers}
+    if answered:
+        rule = cfg["datasets"][dataset].get("answer_rule", "dpr-string")
+        needed = {d for q in answered for d, _ in run.get(q, [])}
+        texts = {d.id: d.text for d in store.iter_corpus(folder) if d.id in needed}
+        ranked = {q: [d for d, _ in run.get(q, [])] for q in answered}
+        hits = qa.first_hit_ranks(ranked, answered, texts.__getitem__, rule)
+        out["measures"].update(qa.topk_accuracy(hits, cfg["evaluate"]["qa_cutoffs"]))
+        out["answer_rule"] = rule
+    qrels_path = folder / store.QRELS
+    if qrels_path.exists() and cfg["evaluate"]["ir_measures"]:
+        qrels = store.read_qrels(qrels_path)
+        qids = {q.id for q in queries}
+        qrels = {q: r for q, r in qrels.items() if q in qids}
+        run_scores = {q: {d: s for d, s in hits} for q, hits in run.items() if q in qids}
+        out["measures"].update(ir.evaluate(qrels, run_scores, cfg["evaluate"]["ir_measures"]))
+    missing = [q.id for q in queries if q.id not in run]
+    out["queries_without_results"] = len(missing)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness evaluate", description=__doc__)
+    add_config_argument(ap)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--run", type=Path, required=True)
+    ap.add_argument("--system", required=True, help="system id recorded in the output (e.g. bm25, dpr)")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    res = evaluate_run(cfg, args.dataset, args.run)
+    res["system"] = args.system
+    write_json(args.out, res)
+    print(f"{args.system}/{args.dataset}: " + ", ".join(f"{k}={v:.4f}" for k, v in res["measures"].items()))
+    return 0

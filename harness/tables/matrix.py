@@ -1,0 +1,123 @@
+"""Resolve every published cell to what this profile measures for it.
+
+A cell is (paper, table, row, column). The matrix (configs/matrix/<paper>.yaml) maps the row to
+a measured system; the column's dataset label (e.g. "NQ") is mapped to one of the profile's
+datasets by config key ``substitutions``; the measure is the published record's ir_measures
+string. The result per cell is either a measured value with its source file, or "not run"
+with the reason, or "published only".
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from harness.config import REPO, read_yaml, results_root, validate
+from harness.tables.published import load_published
+
+MATRIX_DIR = REPO / "configs" / "matrix"
+SCALE = {"%": 100.0, "ratio": 1.0}
+
+
+@lru_cache(maxsize=None)
+def load_matrix(paper: str) -> dict[str, Any]:
+    path = MATRIX_DIR / f"{paper}.yaml"
+    if not path.exists():
+        return {"paper": paper, "tables": {}}
+    doc = read_yaml(path)
+    validate(doc, "matrix", source=str(path))
+    return doc
+
+
+@dataclass
+class Cell:
+    row: str
+    column: str
+    published: float | None
+    unit: str
+    measure: str | None
+    note: str | None
+    kind: str = "not run"             # measured | not run | published only | text
+    reason: str = ""
+    system: str | None = None
+    dataset: str | None = None        # the profile's dataset key
+    source: Path | None = None        # file the measured value comes from
+    measured: float | None = None
+    status: str = ""
+
+
+def system_runs(cfg: Mapping[str, Any], system: str, dataset: str) -> str | None:
+    """None if ``system`` is measured on ``dataset`` in this profile, else the reason it is not."""
+    method = cfg["methods"].get(system)
+    if method is None:
+        return f"system {system!r} has no methods.{system} section in profile {cfg['profile']}"
+    if not method.get("enabled", True):
+        return f"methods.{system}.enabled is false in profile {cfg['profile']}"
+    if dataset not in method.get("datasets", []):
+        return f"{system} is not run on {dataset} in profile {cfg['profile']} (methods.{system}.datasets)"
+    return None
+
+
+def eval_path(cfg: Mapping[str, Any], system: str, dataset: str) -> Path:
+    return results_root(cfg) / "eval" / dataset / f"{system}.json"
+
+
+def dataset_label(column: str, tmatrix: Mapping[str, Any]) -> str:
+    return tmatrix.get("datasets", {}).get(column, column.split(" ", 1)[0])
+
+
+@lru_cache(maxsize=None)
+def published(paper: str) -> dict[str, Any]:
+    """load_published, parsed and validated once per process (the Snakefile asks per table)."""
+    return load_published(paper)
+
+
+def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any], list[Cell]]:
+    doc = published(paper)
+    tinfo = next(t for t in doc["tables"] if t["id"] == table)
+    matrix = load_matrix(paper)
+    tmatrix = matrix["tables"].get(table, {})
+    default_reason = matrix.get("defaults", {}).get("not_run", "not implemented in this harness yet")
+    systems = tmatrix.get("systems", {})
+    pending = tmatrix.get("pending", {})
+    published_only = set(tmatrix.get("published_only", []))
+    cells = []
+    for rec in doc["records"]:
+        if rec["table"] != table:
+            continue
+        c = Cell(rec["row"], rec["column"], rec["value"], rec["unit"], rec.get("measure"), rec.get("note"))
+        cells.append(c)
+        if rec["value"] is None or not rec.get("measure"):
+            c.kind, c.reason = "text", "descriptive cell; nothing to measure"
+            if rec["row"] in published_only:
+                c.kind = "published only"
+            continue
+        if rec["row"] in published_only:
+            c.kind, c.reason = "published only", "system outside the five papers"
+            continue
+        system = systems.get(rec["row"])
+        if system is None:
+            c.reason = pending.get(rec["row"], default_reason)
+            continue
+        c.system = system
+        label = dataset_label(rec["column"], tmatrix)
+        key = cfg["substitutions"].get(label)
+        if key is None:
+            why = cfg["tables"].get("unavailable", {}).get(label, "")
+            c.reason = f"no dataset of profile {cfg['profile']} stands in for {label}" + (f": {why}" if why else "")
+            continue
+        c.dataset = key
+        why = system_runs(cfg, system, key)
+        if why:
+            c.reason = why
+            continue
+        c.kind, c.source = "measured", eval_path(cfg, system, key)
+    return tinfo, cells
+
+
+def required_inputs(cfg: Mapping[str, Any], paper: str, table: str) -> list[str]:
+    """Files a table needs in this profile (the Snakefile's input function)."""
+    _, cells = resolve_table(cfg, paper, table)
+    return sorted({str(c.source) for c in cells if c.kind == "measured"})

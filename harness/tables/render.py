@@ -1,0 +1,152 @@
+"""Render one paper table: our measured numbers beside the published ones.
+
+`python -m harness table --paper svdr --table 1 --out-dir results/tables` writes
+``<out-dir>/<paper>/<table>.md`` and ``.csv``. Per cell: measured, published, difference,
+status — OK / OKish / FAIL by the matrix's tolerance when we measured the paper's own dataset;
+"stand-in" when a substitute dataset was measured (the difference is shown but says little);
+"not run" with the reason; "published only" for systems outside the five papers.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.config import add_config_argument, load_config
+from harness.io import atomic_write_text, read_json
+from harness.tables.matrix import SCALE, Cell, load_matrix, resolve_table
+from harness.tables.published import format_value, load_published
+
+# paper dataset label -> canonical id of the dataset the paper evaluated on
+PAPER_DATASETS = {
+    "NQ": "dpr-w100/natural-questions/test",
+    "TQA": "dpr-w100/trivia-qa/test",
+    "WQ": "dpr-w100/web-questions/test",
+    "TREC": "dpr-w100/curated-trec/test",
+    "SQuAD": "dpr-w100/squad/test",
+}
+CSV_FIELDS = ("paper", "table", "row", "column", "measure", "unit", "published", "measured", "difference",
+              "status", "system", "dataset", "reason", "note")
+
+
+def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any], list[Cell]]:
+    tinfo, cells = resolve_table(cfg, paper, table)
+    tmatrix = load_matrix(paper)["tables"].get(table, {})
+    tol = tmatrix.get("tolerance") or load_matrix(paper).get("defaults", {}).get("tolerance") or {"ok": 1.0, "okish": 3.0}
+    cache: dict[Path, dict] = {}
+    for c in cells:
+        if c.kind != "measured":
+            c.status = c.kind
+            continue
+        res = cache.setdefault(c.source, read_json(c.source))
+        value = res["measures"].get(c.measure)
+        if value is None:
+            c.kind, c.status = "not run", "not run"
+            c.reason = f"{c.source} has no measure {c.measure}"
+            continue
+        c.measured = value * SCALE.get(c.unit, 1.0)
+        label = c.column.split(" ", 1)[0]
+        if cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label, cfg["datasets"][c.dataset]["id"]):
+            c.status = "stand-in"
+        else:
+            diff = abs(c.measured - c.published)
+            c.status = "OK" if diff <= tol["ok"] else "OKish" if diff <= tol["okish"] else "FAIL"
+    return tinfo, cells
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def caption(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, Any], cells: list[Cell]) -> list[str]:
+    tmatrix = load_matrix(paper)["tables"].get(table, {})
+    used = sorted({c.dataset for c in cells if c.kind == "measured" and c.dataset})
+    lines = [f"**{paper.upper()} Table {table}: {tinfo['title']}**", "",
+             f"Profile `{cfg['profile']}` ({cfg.get('description', '')}). Cells: measured / published."]
+    if used:
+        subs = [f"{label} → {key} (`{cfg['datasets'][key]['id']}`)" for label, key in cfg["substitutions"].items() if key in used]
+        lines.append("Datasets measured: " + "; ".join(subs) + ".")
+    if tmatrix.get("answer_rule"):
+        lines.append(f"Answer rule: `{tmatrix['answer_rule']}` (harness.evaluate.qa), passage text only.")
+    for dev in cfg["tables"].get("deviations", []):
+        lines.append(f"Deviation: {dev}.")
+    for note in tmatrix.get("notes", []):
+        lines.append(f"Note: {note}.")
+    return lines
+
+
+def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, Any], cells: list[Cell]) -> str:
+    grid = {(c.row, c.column): c for c in cells}
+    reasons: dict[str, int] = {}
+    for c in cells:
+        if c.kind == "not run":
+            reasons.setdefault(c.reason, len(reasons) + 1)
+    out = caption(cfg, paper, table, tinfo, cells) + [""]
+    out.append("| " + " | ".join(["system"] + list(tinfo["columns"])) + " |")
+    out.append("|" + "---|" * (len(tinfo["columns"]) + 1))
+    for row in tinfo["rows"]:
+        vals = []
+        for col in tinfo["columns"]:
+            c = grid.get((row, col))
+            if c is None:
+                vals.append("")
+            elif c.kind == "text":
+                vals.append((c.note or "").removeprefix("text: "))
+            elif c.kind == "published only":
+                vals.append(f"{format_value(c.published)} (published only)")
+            elif c.kind == "not run":
+                vals.append(f"— / {format_value(c.published)} ⁽{reasons[c.reason]}⁾")
+            else:
+                diff = "" if c.published is None else f" ({c.measured - c.published:+.1f})"
+                vals.append(f"**{_num(c.measured)}** / {format_value(c.published)}{diff} {c.status}")
+        out.append("| " + " | ".join([row] + vals) + " |")
+    out.append("")
+    out.append("Status: OK / OKish / FAIL = within / near / outside the tolerance of the published value on the "
+               "paper's own dataset; stand-in = measured on a substitute dataset (difference not comparable).")
+    if reasons:
+        out.append("")
+        out.append("Not run:")
+        out += [f"{n}. {r}" for r, n in reasons.items()]
+    return "\n".join(out) + "\n"
+
+
+def to_csv(paper: str, table: str, cells: list[Cell]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for c in cells:
+        w.writerow({
+            "paper": paper, "table": table, "row": c.row, "column": c.column, "measure": c.measure or "",
+            "unit": c.unit, "published": "" if c.published is None else format_value(c.published),
+            "measured": _num(c.measured, 4), "difference": "" if c.measured is None or c.published is None
+            else f"{c.measured - c.published:.4f}", "status": c.status or c.kind, "system": c.system or "",
+            "dataset": c.dataset or "", "reason": c.reason if c.kind != "measured" else "", "note": c.note or "",
+        })
+    return buf.getvalue()
+
+
+def render(cfg: Mapping[str, Any], paper: str, table: str, out_dir: Path) -> tuple[Path, Path]:
+    load_published(paper)
+    tinfo, cells = fill(cfg, paper, table)
+    md = Path(out_dir) / paper / f"{table}.md"
+    csv_path = md.with_suffix(".csv")
+    atomic_write_text(csv_path, to_csv(paper, table, cells))
+    atomic_write_text(md, to_markdown(cfg, paper, table, tinfo, cells))
+    return md, csv_path
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness table", description=__doc__)
+    add_config_argument(ap)
+    ap.add_argument("--paper", required=True)
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--out-dir", type=Path, default=None, help="default: <results_dir>/tables")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    out_dir = args.out_dir or Path(cfg["results_dir"]) / "tables"
+    md, _ = render(cfg, args.paper, args.table, out_dir)
+    print(f"wrote {md}")
+    return 0

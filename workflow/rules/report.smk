@@ -1,0 +1,52 @@
+from harness import claims as hclaims
+from harness import regress as hregress
+
+
+rule claims:
+    """The papers' directional claims checked on this profile's measurements."""
+    input:
+        hclaims.required_inputs(config),
+        claims="configs/claims.yaml",
+    output:
+        f"{config['results_dir']}/claims/{config['profile']}.csv",
+    params:
+        h=profile_hash,
+    log:
+        f"{R}/logs/claims.log",
+    benchmark:
+        f"{R}/benchmarks/claims.tsv"
+    resources:
+        mem_mb=500,
+        gpu=0,
+    shell:
+        "{PY} -m harness claims --config {CFG} --out {output} > {log} 2>&1"
+
+
+rule regression:
+    """Measured values vs configs/expected/<profile>.yaml; fails, printing each breach."""
+    input:
+        hregress.required_inputs(config),
+        expected=f"configs/expected/{config['profile']}.yaml",
+    output:
+        f"{R}/regression.json",
+    log:
+        f"{R}/logs/regression.log",
+    benchmark:
+        f"{R}/benchmarks/regression.tsv"
+    resources:
+        mem_mb=500,
+        gpu=0,
+    shell:
+        "{PY} -m harness regress --config {CFG} --out {output} 2>&1 | tee {log}; exit ${{PIPESTATUS[0]}}"
+
+
+rule reproduce_all:
+    """Every table, the index page, the claims and regression reports, and the timings."""
+    input:
+        ALL_TABLES,
+        f"{config['results_dir']}/index.html",
+        f"{config['results_dir']}/claims/{config['profile']}.csv",
+        f"{R}/regression.json",
+        [f"{R}/timing/{m}-{d}.json" for m, d in method_runs()],
+    default_target: True
+    localrule: True
