@@ -103,6 +103,7 @@ def load_config(paths: Iterable[Path | str] = (), overrides: Mapping[str, Any] |
         sources.append(str(p))
     if overrides:
         cfg = deep_merge(cfg, overrides)
+        sources.append("overrides")
     validate(cfg, "config", source=" + ".join(sources))
     check_references(cfg)
     return cfg
@@ -110,7 +111,16 @@ def load_config(paths: Iterable[Path | str] = (), overrides: Mapping[str, Any] |
 
 def check_references(cfg: Mapping[str, Any]) -> None:
     """Cross-references the schema cannot express: names of datasets and backbones."""
+    from harness.datasets import FAMILIES
+
     datasets = cfg["datasets"]
+    for key, dcfg in datasets.items():
+        if dcfg["family"] not in FAMILIES:
+            close = difflib.get_close_matches(dcfg["family"], FAMILIES.names(), n=1)
+            raise ConfigError(
+                f"config key datasets.{key}.family: unknown dataset family {dcfg['family']!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "") + f"; known: {', '.join(FAMILIES.names())}"
+            )
     for mname, m in cfg["methods"].items():
         for key in m.get("datasets", []):
             if key not in datasets:

@@ -25,6 +25,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
         yield target
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
+        elif target.is_dir() and (path.is_file() or path.is_symlink()):
+            path.unlink()
         os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -32,12 +32,11 @@ def main(argv: list[str]) -> int:
     queries = store.read_queries(ctx.data_dir(), args.split)
     module = method_module(args.method)
     k = cfg["evaluate"]["depth"]
-    index_dir = args.index / "index" if args.method == "bm25" else args.index
     t0 = time.perf_counter()
     if args.model is None:
-        results = module.search(ctx, index_dir, queries, k)
+        results = module.search(ctx, args.index, queries, k)
     else:
-        results = module.search(ctx, index_dir, queries, k, args.model)
+        results = module.search(ctx, args.index, queries, k, args.model)
     seconds = time.perf_counter() - t0
     write_run(args.out, results, tag=f"{args.method}")
     write_json(Path(f"{args.out}.meta.json"), {

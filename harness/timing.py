@@ -90,7 +90,7 @@ def run(ctx: Context, index_dir: Path, model_dir: Path | None, protocol: Protoco
         tmp = Path(tempfile.mkdtemp(prefix="timing-index-"))
         try:
             t0 = time.perf_counter()
-            info = module.build_index(ctx, tmp / "index") if model_dir is None else module.build_index(ctx, tmp / "index", model_dir)
+            info = module.build_index(ctx, tmp) if model_dir is None else module.build_index(ctx, tmp, model_dir)
             index_samples.append(info.get("build_seconds", time.perf_counter() - t0))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -140,8 +140,7 @@ def main(argv: list[str]) -> int:
     tcfg = cfg["timing"]
     protocol = PROTOCOLS.get(tcfg.get("protocol") or "svdr-appendix-b")
     repeats = tcfg.get("repeats") or protocol.repeats
-    index_dir = args.index / "index" if args.method == "bm25" else args.index
-    res = run(ctx, index_dir, args.model, protocol, repeats, tcfg.get("search_queries"))
+    res = run(ctx, args.index, args.model, protocol, repeats, tcfg.get("search_queries"))
     res["deviation"] = None if repeats == protocol.repeats else f"{repeats} repeats instead of {protocol.repeats}"
     write_json(args.out, res)
     s = res["summary"]

@@ -17,6 +17,7 @@ FAMILIES: Registry[str] = Registry("dataset family")
 FAMILIES.add("smoke", "harness.datasets.smoke")
 FAMILIES.add("squad-open", "harness.datasets.squad")
 FAMILIES.add("beir", "harness.datasets.beir")
+FAMILIES.add("ir-datasets", "harness.datasets.irds")
 
 
 class Doc(NamedTuple):

@@ -72,6 +72,8 @@ def dpr_string(answers: Sequence[str], text: str) -> bool:
 def dpr_regex(answers: Sequence[str], text: str) -> bool:
     text = _nfd(text)
     for answer in answers:
+        if not answer.strip():
+            continue
         pat = _compile(_nfd(answer))
         if pat is not None and pat.search(text) is not None:
             return True

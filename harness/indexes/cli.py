@@ -30,8 +30,7 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
-        sub = tmp / "index" if args.method == "bm25" else tmp
-        info = module.build_index(ctx, sub) if args.model is None else module.build_index(ctx, sub, args.model)
+        info = module.build_index(ctx, tmp) if args.model is None else module.build_index(ctx, tmp, args.model)
         seconds = time.perf_counter() - t0
         write_meta(tmp, "index", spec=info.pop("spec"), config_hash=ctx.config_hash(), seconds=seconds,
                    extra={"method": args.method, "dataset": args.dataset, **info})

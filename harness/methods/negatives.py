@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     cfg = load_config(args.config)
     ctx = Context(cfg, args.method, args.dataset)
     rule = cfg["datasets"][args.dataset].get("answer_rule", "dpr-string")
-    records = mine(ctx, args.index / "index", ctx.mcfg.get("negatives_depth", 100), keep=5, rule=rule)
+    records = mine(ctx, args.index, ctx.mcfg.get("negatives_depth", 100), keep=5, rule=rule)
     write_jsonl(args.out, records)
     n_empty = sum(1 for r in records if not r["negatives"])
     print(f"{len(records)} training questions, {n_empty} without a BM25 negative")

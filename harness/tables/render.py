@@ -1,7 +1,7 @@
 """Render one paper table: our measured numbers beside the published ones.
 
-`python -m harness table --paper svdr --table 1 --out-dir results/tables` writes
-``<out-dir>/<paper>/<table>.md`` and ``.csv``. Per cell: measured, published, difference,
+`python -m harness table --paper svdr --table 1` writes
+``<results_dir>/tables/<paper>/<table>.md`` and ``.csv`` (or ``--out X.md`` and ``X.csv``). Per cell: measured, published, difference,
 status — OK / OKish / FAIL by the matrix's tolerance when we measured the paper's own dataset;
 "stand-in" when a substitute dataset was measured (the difference is shown but says little);
 "not run" with the reason; "published only" for systems outside the five papers.
@@ -128,10 +128,15 @@ def to_csv(paper: str, table: str, cells: list[Cell]) -> str:
     return buf.getvalue()
 
 
-def render(cfg: Mapping[str, Any], paper: str, table: str, out_dir: Path) -> tuple[Path, Path]:
+def table_path(cfg: Mapping[str, Any], paper: str, table: str) -> Path:
+    """Where a table lands: <results_dir>/tables/<paper>/<table>.md (csv beside it)."""
+    return Path(cfg["results_dir"]) / "tables" / paper / f"{table}.md"
+
+
+def render(cfg: Mapping[str, Any], paper: str, table: str, md: Path | None = None) -> tuple[Path, Path]:
     load_published(paper)
     tinfo, cells = fill(cfg, paper, table)
-    md = Path(out_dir) / paper / f"{table}.md"
+    md = Path(md) if md is not None else table_path(cfg, paper, table)
     csv_path = md.with_suffix(".csv")
     atomic_write_text(csv_path, to_csv(paper, table, cells))
     atomic_write_text(md, to_markdown(cfg, paper, table, tinfo, cells))
@@ -143,10 +148,9 @@ def main(argv: list[str]) -> int:
     add_config_argument(ap)
     ap.add_argument("--paper", required=True)
     ap.add_argument("--table", required=True)
-    ap.add_argument("--out-dir", type=Path, default=None, help="default: <results_dir>/tables")
+    ap.add_argument("--out", type=Path, default=None, help="markdown path (default <results_dir>/tables/<paper>/<table>.md)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    out_dir = args.out_dir or Path(cfg["results_dir"]) / "tables"
-    md, _ = render(cfg, args.paper, args.table, out_dir)
+    md, _ = render(cfg, args.paper, args.table, args.out)
     print(f"wrote {md}")
     return 0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from harness import config as hconfig
 from harness.errors import HarnessError
+from harness.methods import METHODS as HMETHODS
 from harness.tables import matrix as hmatrix
 from harness.tables.published import PAPERS
 
@@ -16,7 +17,8 @@ except HarnessError as exc:
     sys.stderr.write(f"error: {exc}\n")
     sys.exit(2)
 
-PY = sys.executable
+# Rules call `python -m harness ...` with this interpreter first on PATH.
+shell.prefix(f"export PATH={Path(sys.executable).parent}:$PATH; ")
 R = str(hconfig.results_root(config))
 TABLES_DIR = f"{config['results_dir']}/tables"
 CFG = f"{R}/config.yaml"
@@ -59,3 +61,21 @@ def method_runs():
 
 def table_slug(table):
     return re.sub(r"[^0-9A-Za-z]", "_", table)
+
+
+def search_inputs(wildcards):
+    inputs = {
+        "data": f"{R}/data/{wildcards.dataset}",
+        "index": f"{R}/indexes/{wildcards.method}/{wildcards.dataset}",
+    }
+    if HMETHODS.get(wildcards.method).trained:
+        inputs["model"] = f"{R}/models/{wildcards.method}"
+    return inputs
+
+
+def model_arg(wildcards, input):
+    return f"--model {input.model}" if "model" in input.keys() else ""
+
+
+def table_inputs(wildcards):
+    return hmatrix.required_inputs(config, wildcards.paper, wildcards.table)

@@ -6,14 +6,17 @@ rule evaluate:
     output:
         f"{R}/eval/{{dataset}}/{{method}}.json",
     params:
+        cfg=CFG,
         h=method_hash,
     log:
         f"{R}/logs/evaluate/{{method}}-{{dataset}}.log",
     benchmark:
         f"{R}/benchmarks/evaluate/{{method}}-{{dataset}}.tsv"
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=4000,
         gpu=0,
     shell:
-        "{PY} -m harness evaluate --config {CFG} --dataset {wildcards.dataset} --run {input.run} "
+        "python -m harness evaluate --config {params.cfg} --dataset {wildcards.dataset} --run {input.run} "
         "--system {wildcards.method} --out {output} > {log} 2>&1"

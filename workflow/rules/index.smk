@@ -5,17 +5,20 @@ rule bm25_index:
     output:
         directory(f"{R}/indexes/bm25/{{dataset}}"),
     params:
+        cfg=CFG,
         h=dataset_hash,
     log:
         f"{R}/logs/index/bm25-{{dataset}}.log",
     benchmark:
         f"{R}/benchmarks/index/bm25-{{dataset}}.tsv"
     threads: 2
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=4000,
         gpu=0,
     shell:
-        "{PY} -m harness index --config {CFG} --method bm25 --dataset {wildcards.dataset} --out {output} > {log} 2>&1"
+        "python -m harness index --config {params.cfg} --method bm25 --dataset {wildcards.dataset} --out {output} > {log} 2>&1"
 
 
 rule dpr_index:
@@ -26,15 +29,18 @@ rule dpr_index:
     output:
         directory(f"{R}/indexes/dpr/{{dataset}}"),
     params:
+        cfg=CFG,
         h=dpr_hash,
     log:
         f"{R}/logs/index/dpr-{{dataset}}.log",
     benchmark:
         f"{R}/benchmarks/index/dpr-{{dataset}}.tsv"
     threads: 2
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=8000,
         gpu=0,
     shell:
-        "{PY} -m harness index --config {CFG} --method dpr --dataset {wildcards.dataset} --model {input.model} "
+        "python -m harness index --config {params.cfg} --method dpr --dataset {wildcards.dataset} --model {input.model} "
         "--out {output} > {log} 2>&1"

@@ -10,16 +10,19 @@ rule claims:
     output:
         f"{config['results_dir']}/claims/{config['profile']}.csv",
     params:
+        cfg=CFG,
         h=profile_hash,
     log:
         f"{R}/logs/claims.log",
     benchmark:
         f"{R}/benchmarks/claims.tsv"
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=500,
         gpu=0,
     shell:
-        "{PY} -m harness claims --config {CFG} --out {output} > {log} 2>&1"
+        "python -m harness claims --config {params.cfg} --out {output} > {log} 2>&1"
 
 
 rule regression:
@@ -29,15 +32,19 @@ rule regression:
         expected=f"configs/expected/{config['profile']}.yaml",
     output:
         f"{R}/regression.json",
+    params:
+        cfg=CFG,
     log:
         f"{R}/logs/regression.log",
     benchmark:
         f"{R}/benchmarks/regression.tsv"
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=500,
         gpu=0,
     shell:
-        "{PY} -m harness regress --config {CFG} --out {output} 2>&1 | tee {log}; exit ${{PIPESTATUS[0]}}"
+        "python -m harness regress --config {params.cfg} --out {output} 2>&1 | tee {log}; exit ${{PIPESTATUS[0]}}"
 
 
 rule reproduce_all:

@@ -1,20 +1,3 @@
-from harness.methods import METHODS as HMETHODS
-
-
-def search_inputs(wildcards):
-    inputs = {
-        "data": f"{R}/data/{wildcards.dataset}",
-        "index": f"{R}/indexes/{wildcards.method}/{wildcards.dataset}",
-    }
-    if HMETHODS.get(wildcards.method).trained:
-        inputs["model"] = f"{R}/models/{wildcards.method}"
-    return inputs
-
-
-def model_arg(wildcards, input):
-    return f"--model {input.model}" if "model" in input.keys() else ""
-
-
 rule search:
     """Search the test queries; TREC run + <run>.meta.json."""
     input:
@@ -22,6 +5,7 @@ rule search:
     output:
         f"{R}/runs/{{dataset}}/{{method}}.trec",
     params:
+        cfg=CFG,
         h=method_hash,
         model=model_arg,
     log:
@@ -29,11 +13,13 @@ rule search:
     benchmark:
         f"{R}/benchmarks/search/{{method}}-{{dataset}}.tsv"
     threads: 2
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=8000,
         gpu=0,
     shell:
-        "{PY} -m harness search --config {CFG} --method {wildcards.method} --dataset {wildcards.dataset} "
+        "python -m harness search --config {params.cfg} --method {wildcards.method} --dataset {wildcards.dataset} "
         "--index {input.index} {params.model} --out {output} > {log} 2>&1"
 
 
@@ -44,6 +30,7 @@ rule timing:
     output:
         f"{R}/timing/{{method}}-{{dataset}}.json",
     params:
+        cfg=CFG,
         h=method_hash,
         model=model_arg,
     log:
@@ -51,9 +38,11 @@ rule timing:
     benchmark:
         f"{R}/benchmarks/timing/{{method}}-{{dataset}}.tsv"
     threads: 2
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=8000,
         gpu=0,
     shell:
-        "{PY} -m harness timing --config {CFG} --method {wildcards.method} --dataset {wildcards.dataset} "
+        "python -m harness timing --config {params.cfg} --method {wildcards.method} --dataset {wildcards.dataset} "
         "--index {input.index} {params.model} --out {output} > {log} 2>&1"

@@ -1,7 +1,3 @@
-def table_inputs(wildcards):
-    return hmatrix.required_inputs(config, wildcards.paper, wildcards.table)
-
-
 rule table:
     """One paper table: measured beside published (md + csv)."""
     input:
@@ -11,17 +7,20 @@ rule table:
         md=f"{TABLES_DIR}/{{paper}}/{{table}}.md",
         csv=f"{TABLES_DIR}/{{paper}}/{{table}}.csv",
     params:
+        cfg=CFG,
         h=profile_hash,
     log:
         f"{R}/logs/tables/{{paper}}-{{table}}.log",
     benchmark:
         f"{R}/benchmarks/tables/{{paper}}-{{table}}.tsv"
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=1000,
         gpu=0,
     shell:
-        "{PY} -m harness table --config {CFG} --paper {wildcards.paper} --table {wildcards.table} "
-        "--out-dir {TABLES_DIR} > {log} 2>&1"
+        "python -m harness table --config {params.cfg} --paper {wildcards.paper} --table {wildcards.table} "
+        "--out {output.md} > {log} 2>&1"
 
 
 ALL_TABLES = [f"{TABLES_DIR}/{p}/{t}.md" for p, t in TABLES]
@@ -35,16 +34,19 @@ rule index_html:
     output:
         f"{config['results_dir']}/index.html",
     params:
+        cfg=CFG,
         h=profile_hash,
     log:
         f"{R}/logs/tables/index-html.log",
     benchmark:
         f"{R}/benchmarks/tables/index-html.tsv"
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=500,
         gpu=0,
     shell:
-        "{PY} -m harness index-html --config {CFG} --tables {input.tables} --claims {input.claims} "
+        "python -m harness index-html --config {params.cfg} --tables {input.tables} --claims {input.claims} "
         "--out {output} > {log} 2>&1"
 
 

@@ -6,17 +6,20 @@ rule bm25_negatives:
     output:
         f"{R}/negatives/{{dataset}}.jsonl",
     params:
+        cfg=CFG,
         h=dpr_hash,
     log:
         f"{R}/logs/negatives/{{dataset}}.log",
     benchmark:
         f"{R}/benchmarks/negatives/{{dataset}}.tsv"
     threads: 2
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=4000,
         gpu=0,
     shell:
-        "{PY} -m harness bm25-negatives --config {CFG} --dataset {wildcards.dataset} --index {input.index} "
+        "python -m harness bm25-negatives --config {params.cfg} --dataset {wildcards.dataset} --index {input.index} "
         "--out {output} > {log} 2>&1"
 
 
@@ -28,14 +31,17 @@ rule train_dpr:
     output:
         directory(f"{R}/models/dpr"),
     params:
+        cfg=CFG,
         h=dpr_hash,
     log:
         f"{R}/logs/train/dpr.log",
     benchmark:
         f"{R}/benchmarks/train/dpr.tsv"
     threads: 2
+    conda:
+        "../envs/harness.yaml"
     resources:
         mem_mb=8000,
         gpu=0,
     shell:
-        "{PY} -m harness train --config {CFG} --method dpr --negatives {input.negatives} --out {output} > {log} 2>&1"
+        "python -m harness train --config {params.cfg} --method dpr --negatives {input.negatives} --out {output} > {log} 2>&1"

@@ -1,0 +1,26 @@
+# Entry points (see README.md). Each target sets up .venv first (idempotent, fast when done).
+SNAKEMAKE := .venv/bin/snakemake
+MIRROR ?= $(abspath ../shared/data)
+
+.PHONY: setup reproduce test small regress-small paper-dry lint
+
+setup:
+	bash scripts/setup.sh
+
+reproduce: setup            ## the whole reproduction on the embedded default (smoke)
+	$(SNAKEMAKE) --cores all reproduce_all
+
+test: setup                 ## the test suite
+	.venv/bin/python -m pytest -q
+
+small: setup                ## the small profile on real data (mirror: MIRROR=../shared/data)
+	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all --configfile configs/profiles/small.yaml reproduce_all
+
+regress-small: setup        ## CI regression: small profile, real data, compared with configs/expected/small.yaml
+	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all --configfile configs/profiles/small.yaml regression claims
+
+paper-dry: setup            ## what the paper profile would run
+	$(SNAKEMAKE) -n --configfile configs/profiles/paper.yaml reproduce_all
+
+lint: setup
+	$(SNAKEMAKE) --lint

@@ -1,0 +1,109 @@
+"""Datasets: the smoke fixture, squad-open (real SQuAD dev via the mirror), BEIR SciFact, errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness.config import load_config
+from harness.datasets import prepare, store
+from harness.errors import ConfigError, DataError
+from harness.evaluate.qa import has_answer
+
+
+def _cfg(tmp_path, mirror=None, **over):
+    data = {"cache_dir": str(tmp_path / "cache"), "mirror": str(mirror) if mirror else None, "offline": True}
+    return load_config([], overrides={"results_dir": str(tmp_path / "results"), "data": data, **over})
+
+
+def test_smoke_fixture_is_what_the_generator_writes(repo):
+    r = subprocess.run([sys.executable, str(repo / "scripts" / "make_smoke_fixture.py"), "--check"])
+    assert r.returncode == 0
+
+
+def test_smoke_fixture_answers_are_in_gold_passages(tmp_path):
+    cfg = _cfg(tmp_path)
+    prepare("smoke", cfg["datasets"]["smoke"], cfg, tmp_path / "smoke")
+    docs = {d.id: d for d in store.iter_corpus(tmp_path / "smoke")}
+    train = store.read_queries(tmp_path / "smoke", "train")
+    test = store.read_queries(tmp_path / "smoke", "test")
+    assert (len(docs), len(train), len(test)) == (122, 187, 63)
+    for q in train + test:
+        assert any(has_answer(q.answers, docs[g].text) for g in q.gold), q
+    # split by entity (title): no test passage title appears among training gold titles
+    assert not {docs[g].title for q in test for g in q.gold} & {docs[g].title for q in train for g in q.gold}
+    qrels = store.read_qrels(tmp_path / "smoke" / store.QRELS)
+    assert set(qrels) == {q.id for q in test}
+
+
+def test_squad_open_from_mirror(tmp_path, shared_data):
+    cfg = _cfg(tmp_path, mirror=shared_data, datasets={"squad-open": {
+        "id": "harness:squad-open", "family": "squad-open", "split_seed": 2024,
+        "split_articles": {"train": 32, "dev": 4, "test": 12}}})
+    meta = prepare("squad-open", cfg["datasets"]["squad-open"], cfg, tmp_path / "sq")
+    assert meta["documents"] == 2067
+    assert sum(meta["queries"].values()) == 10570
+    titles = meta["split_articles"]
+    assert not set(titles["train"]) & set(titles["test"])
+    assert len(titles["test"]) == 12
+    docs = {d.id: d for d in store.iter_corpus(tmp_path / "sq")}
+    test = store.read_queries(tmp_path / "sq", "test")
+    # SQuAD answers are spans of their paragraph
+    assert sum(has_answer(q.answers, docs[q.gold[0]].text) for q in test) / len(test) > 0.97
+    # deterministic
+    again = prepare("squad-open", cfg["datasets"]["squad-open"], cfg, tmp_path / "sq2")
+    assert again["split_articles"] == meta["split_articles"]
+
+
+def test_beir_scifact_from_mirror(tmp_path, shared_data):
+    cfg = _cfg(tmp_path, mirror=shared_data, datasets={"scifact": {"id": "beir/scifact/test", "family": "beir", "name": "scifact"}})
+    meta = prepare("scifact", cfg["datasets"]["scifact"], cfg, tmp_path / "sf")
+    assert meta["documents"] == 5183 and meta["queries"] == {"test": 300} and meta["judgments"] == 339
+
+
+def test_corrupted_mirror_file_is_a_clear_error(tmp_path, shared_data):
+    bad = tmp_path / "mirror" / "squad"
+    bad.mkdir(parents=True)
+    (bad / "dev-v1.1.json").write_bytes((shared_data / "squad" / "dev-v1.1.json").read_bytes()[:1000])
+    cfg = _cfg(tmp_path, mirror=tmp_path / "mirror", datasets={"squad-open": {"id": "harness:squad-open", "family": "squad-open"}})
+    with pytest.raises(DataError, match="dev-v1.1.json"):
+        prepare("squad-open", cfg["datasets"]["squad-open"], cfg, tmp_path / "sq")
+
+
+def test_offline_without_mirror_names_file_url_and_setting(tmp_path, monkeypatch):
+    monkeypatch.delenv("HARNESS_DATA_MIRROR", raising=False)
+    cfg = _cfg(tmp_path, datasets={"squad-open": {"id": "harness:squad-open", "family": "squad-open"}})
+    with pytest.raises(DataError) as exc:
+        prepare("squad-open", cfg["datasets"]["squad-open"], cfg, tmp_path / "sq")
+    msg = str(exc.value)
+    assert "squad/dev-v1.1.json" in msg and "https://" in msg and "HARNESS_DATA_MIRROR" in msg
+
+
+def test_unknown_family_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="unknown dataset family 'squad-opne'.*squad-open"):
+        _cfg(tmp_path, datasets={"x": {"id": "harness:x", "family": "squad-opne"}})
+
+
+def test_malformed_qrels_line(tmp_path):
+    p = tmp_path / "qrels.txt"
+    p.write_text("q1 0 d1 1\nq2 0 d2\n")
+    with pytest.raises(DataError, match=r"qrels.txt:2"):
+        store.read_qrels(p)
+
+
+def test_cli_error_is_one_line_and_nonzero(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "harness", "data", "--dataset", "nope", "--out", str(tmp_path / "x")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("error: unknown dataset 'nope'")
+    assert "Traceback" not in r.stderr and not (tmp_path / "x").exists()
+
+
+def test_truncated_corpus_line_names_file_and_line(tmp_path):
+    d = tmp_path / "ds"
+    d.mkdir()
+    (d / store.CORPUS).write_text(json.dumps({"id": "a", "title": "", "text": "x"}) + "\n{\"id\": \"b\", \"te\n")
+    with pytest.raises(DataError, match=r"corpus.jsonl:2"):
+        list(store.iter_corpus(d))

@@ -1,0 +1,69 @@
+"""DPR on the smoke fixture: training moves the loss, encoders round-trip, faiss Flat is exact."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.config import load_config
+from harness.datasets import prepare
+from harness.io import write_jsonl
+from harness.methods import dpr
+from harness.methods.base import Context
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dpr")
+    cfg = load_config([], overrides={"results_dir": str(root / "results"), "methods": {"dpr": {
+        "epochs": 2, "batch_size": 8, "p_max_len": 64, "lr": 5e-4}}})
+    ctx = Context(cfg, "dpr", "smoke")
+    ctx.data_dir().mkdir(parents=True)
+    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
+    negs = root / "negs.jsonl"
+    write_jsonl(negs, [])  # no BM25 negatives: the trainer falls back to random passages
+    out = root / "model"
+    info = dpr.train(ctx, out, negs)
+    return ctx, out, info
+
+
+def test_training_reduces_loss(trained):
+    _, _, info = trained
+    assert info["steps"] == 2 * -(-187 // 8)
+    assert np.mean(info["loss_last"]) < np.mean(info["loss_first"])
+
+
+def test_encoders_round_trip_and_shapes(trained):
+    ctx, out, _ = trained
+    m = dpr.BiEncoder.load(ctx, out)
+    q = m.encode_questions(["Who founded the works?", "What year?"])
+    p = m.encode_passages(["T"], ["some passage text"])
+    assert q.shape == (2, 128) and p.shape == (1, 128)
+    assert q.dtype == np.float32
+    again = dpr.BiEncoder.load(ctx, out).encode_questions(["Who founded the works?", "What year?"])
+    np.testing.assert_allclose(q, again, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(q, m.encode_passages(["Who founded the works?", "What year?"], ["", ""]))
+
+
+def test_flat_index_search_is_exact(trained, tmp_path):
+    ctx, out, _ = trained
+    info = dpr.build_index(ctx, tmp_path / "idx", out) if (tmp_path / "idx").mkdir() is None else None
+    assert info["spec"] == "faiss:Flat" and info["documents"] == 122
+    s = dpr.Searcher(ctx, tmp_path / "idx", out)
+    from harness.datasets import store
+
+    docs = list(store.iter_corpus(ctx.data_dir()))
+    P = s.model.encode_passages([d.title for d in docs], [d.text for d in docs])
+    Q = s.encode(["Who founded Kanmor Works?", "Where is the source of the river?", "How long is it?"])
+    scores, rows = s.search(Q, 10)
+    exact = Q @ P.T
+    for i in range(len(Q)):
+        want = np.sort(exact[i])[::-1][:10]
+        np.testing.assert_allclose(scores[i], want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(exact[i, rows[i]], scores[i], rtol=1e-4, atol=1e-4)
+
+
+def test_question_mark_stripping(trained):
+    ctx, _, _ = trained
+    assert dpr.prepare_question(ctx, "Who? ") == "Who?"
+    ctx2 = Context(load_config([], overrides={"methods": {"dpr": {"strip_question_mark": True}}}), "dpr")
+    assert dpr.prepare_question(ctx2, "Who are you?") == "Who are you"

@@ -1,0 +1,114 @@
+"""Table rendering, regression and claims on synthetic measurements in a tmp results tree."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from harness import claims, regress
+from harness.config import load_config
+from harness.tables import render
+
+
+def _cfg(tmp_path, **over):
+    return load_config([], overrides={"results_dir": str(tmp_path / "results"), **over})
+
+
+def _eval(cfg, dataset, system, measures):
+    path = tmp_path_eval = cfg_root(cfg) / "eval" / dataset / f"{system}.json"
+    tmp_path_eval.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"measures": measures}))
+
+
+def cfg_root(cfg):
+    from harness.config import results_root
+
+    return results_root(cfg)
+
+
+def _rows(csv_path):
+    with open(csv_path, encoding="utf-8") as fh:
+        return {(r["row"], r["column"]): r for r in csv.DictReader(fh)}
+
+
+def test_svdr_table1_measured_standin_and_not_run(tmp_path):
+    cfg = _cfg(tmp_path)
+    _eval(cfg, "smoke", "bm25", {"Success@1": 0.25, "Success@5": 0.5, "Success@20": 0.75})
+    _eval(cfg, "smoke", "dpr", {"Success@1": 0.5, "Success@5": 0.625, "Success@20": 0.875})
+    md, csv_path = render.render(cfg, "svdr", "1", tmp_path / "tables" / "svdr" / "1.md")
+    rows = _rows(csv_path)
+    assert rows[("DPR", "NQ top20")]["measured"] == "87.5000"
+    assert rows[("DPR", "NQ top20")]["published"] == "80.2"
+    assert rows[("DPR", "NQ top20")]["status"] == "stand-in"          # smoke is not NQ
+    assert float(rows[("BM25", "NQ top1")]["difference"]) == pytest.approx(25.0 - 22.7)
+    assert rows[("DPR", "TQA top1")]["status"] == "not run"
+    assert "TQA" in rows[("DPR", "TQA top1")]["reason"]
+    assert rows[("SVDR_β", "NQ top1")]["status"] == "not run"
+    text = md.read_text()
+    assert "Profile `smoke`" in text and "NQ → smoke" in text
+    # every published cell of the table is present
+    from harness.tables.published import load_published, records_of
+
+    assert len(rows) == len(records_of(load_published("svdr"), "1"))
+
+
+def test_status_ok_okish_fail_on_the_papers_dataset(tmp_path):
+    # Pretend the profile measured the paper's own NQ test set: statuses follow the tolerance.
+    cfg = _cfg(tmp_path)
+    cfg["datasets"]["smoke"]["id"] = "dpr-w100/natural-questions/test"
+    _eval(cfg, "smoke", "dpr", {"Success@1": 0.465, "Success@5": 0.66, "Success@20": 0.70})
+    _eval(cfg, "smoke", "bm25", {"Success@1": 0.227, "Success@5": 0.436, "Success@20": 0.629})
+    _, csv_path = render.render(cfg, "svdr", "1", tmp_path / "tables" / "svdr" / "1.md")
+    rows = _rows(csv_path)
+    assert rows[("DPR", "NQ top1")]["status"] == "OK"       # 46.5 vs 46.0
+    assert rows[("DPR", "NQ top5")]["status"] == "OKish"    # 66.0 vs 68.9
+    assert rows[("DPR", "NQ top20")]["status"] == "FAIL"    # 70.0 vs 80.2
+
+
+def test_table_inputs_follow_the_profile(tmp_path):
+    from harness.tables.matrix import required_inputs
+
+    cfg = _cfg(tmp_path)
+    inputs = required_inputs(cfg, "svdr", "1")
+    assert sorted(p.split("/")[-1] for p in inputs) == ["bm25.json", "dpr.json"]
+    cfg["methods"]["dpr"]["enabled"] = False
+    assert [p.split("/")[-1] for p in required_inputs(cfg, "svdr", "1")] == ["bm25.json"]
+
+
+def test_regression_detects_breach(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path)
+    _eval(cfg, "smoke", "bm25", {"Success@1": 0.30})
+    exp = tmp_path / "expected"
+    exp.mkdir()
+    monkeypatch.setattr(regress, "EXPECTED_DIR", exp)
+    (exp / "smoke.yaml").write_text(yaml.safe_dump({"profile": "smoke", "values": [
+        {"key": "smoke/bm25/Success@1", "value": 0.31, "tol": 0.02}]}))
+    rows, breaches = regress.check(cfg)
+    assert breaches == [] and rows[0]["ok"]
+    (exp / "smoke.yaml").write_text(yaml.safe_dump({"profile": "smoke", "values": [
+        {"key": "smoke/bm25/Success@1", "value": 0.40, "tol": 0.02},
+        {"key": "smoke/dpr/Success@1", "value": 0.40, "tol": 0.02}]}))
+    rows, breaches = regress.check(cfg)
+    assert len(breaches) == 2
+    assert "missing" in breaches[1]
+
+
+def test_claims_hold_false_and_not_run(tmp_path):
+    cfg = _cfg(tmp_path)
+    claim = {"id": "x", "paper": "svdr", "statement": "s", "op": ">",
+             "lhs": {"system": "dpr", "dataset": "NQ", "measure": "Success@20"},
+             "rhs": {"system": "bm25", "dataset": "NQ", "measure": "Success@20"}}
+    assert claims.evaluate(cfg, claim)["holds"] == "not run"          # nothing measured yet
+    _eval(cfg, "smoke", "bm25", {"Success@20": 0.6})
+    _eval(cfg, "smoke", "dpr", {"Success@20": 0.7})
+    assert claims.evaluate(cfg, claim)["holds"] == "true"
+    assert claims.evaluate(cfg, {**claim, "factor": 1.2})["holds"] == "false"
+    cfg["methods"]["dpr"]["enabled"] = False
+    out = claims.evaluate(cfg, claim)
+    assert out["holds"] == "not run" and "enabled is false" in out["detail"]
+
+
+def test_claims_file_is_valid():
+    assert {c["id"] for c in claims.load_claims()} >= {"dpr-beats-bm25-top20"}
