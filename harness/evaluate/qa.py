@@ -38,10 +38,16 @@ def _nfd(text: str) -> str:
     return unicodedata.normalize("NFD", text)
 
 
+@lru_cache(maxsize=1 << 16)
+def _tokens(text: str) -> tuple[str, ...]:
+    # Cached: evaluation and negative mining test the same passages against many questions.
+    return tuple(simple_tokenize(text))
+
+
 def _contains_tokens(answers: Sequence[str], text: str, prep: Callable[[str], str]) -> bool:
-    tokens = simple_tokenize(prep(text))
+    tokens = _tokens(prep(text))
     for answer in answers:
-        ans = simple_tokenize(prep(answer))
+        ans = _tokens(prep(answer))
         if not ans:
             continue
         n = len(ans)
