@@ -176,6 +176,10 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
             opt.zero_grad()
             losses.append(loss.item())
             step += 1
+            if step % 50 == 0 or step == total:
+                recent = losses[-50:]
+                print(f"step {step}/{total} loss {sum(recent) / len(recent):.4f} "
+                      f"{time.perf_counter() - t0:.0f}s", flush=True)
     model.save(out)
     return {"steps": step, "examples": len(examples), "train_dataset": m["train_dataset"],
             "seconds": time.perf_counter() - t0, "loss_first": losses[:5], "loss_last": losses[-5:],
