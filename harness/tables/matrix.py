@@ -48,15 +48,24 @@ class Cell:
     status: str = ""
 
 
+def split_system(system: str) -> tuple[str, str | None]:
+    """A system id is ``<method>`` or ``<method>.<variant>`` (e.g. ``svdr.beta-m20``, ``bpr.hash``)."""
+    method, _, variant = system.partition(".")
+    return method, variant or None
+
+
 def system_runs(cfg: Mapping[str, Any], system: str, dataset: str) -> str | None:
     """None if ``system`` is measured on ``dataset`` in this profile, else the reason it is not."""
-    method = cfg["methods"].get(system)
+    name, variant = split_system(system)
+    method = cfg["methods"].get(name)
     if method is None:
-        return f"system {system!r} has no methods.{system} section in profile {cfg['profile']}"
+        return f"system {system!r} has no methods.{name} section in profile {cfg['profile']}"
     if not method.get("enabled", True):
-        return f"methods.{system}.enabled is false in profile {cfg['profile']}"
+        return f"methods.{name}.enabled is false in profile {cfg['profile']}"
     if dataset not in method.get("datasets", []):
-        return f"{system} is not run on {dataset} in profile {cfg['profile']} (methods.{system}.datasets)"
+        return f"{name} is not run on {dataset} in profile {cfg['profile']} (methods.{name}.datasets)"
+    if variant is not None and variant not in method.get("variants", [variant]):
+        return f"variant {variant!r} is not in methods.{name}.variants of profile {cfg['profile']}"
     return None
 
 
@@ -64,8 +73,24 @@ def eval_path(cfg: Mapping[str, Any], system: str, dataset: str) -> Path:
     return results_root(cfg) / "eval" / dataset / f"{system}.json"
 
 
-def dataset_label(column: str, tmatrix: Mapping[str, Any]) -> str:
-    return tmatrix.get("datasets", {}).get(column, column.split(" ", 1)[0])
+def metrics_path(cfg: Mapping[str, Any], system: str, dataset: str) -> Path:
+    """Efficiency figures of a system: ``{"values": {name: {"value": v, "unit": u}}, ...}``."""
+    return results_root(cfg) / "metrics" / dataset / f"{system}.json"
+
+
+def source_path(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> Path:
+    """Where a measure lives: ``metric:<name>`` in the metrics file, anything else (an
+    ir_measures string such as Success@20 or nDCG@10) in the eval file."""
+    if measure.startswith("metric:"):
+        return metrics_path(cfg, system, dataset)
+    return eval_path(cfg, system, dataset)
+
+
+def column_spec(column: str, tmatrix: Mapping[str, Any]) -> dict[str, Any]:
+    """The matrix's view of a column: its paper dataset label and, optionally, its measure."""
+    spec = dict(tmatrix.get("columns", {}).get(column, {}))
+    spec.setdefault("dataset", tmatrix.get("datasets", {}).get(column, column.split(" ", 1)[0]))
+    return spec
 
 
 @lru_cache(maxsize=None)
@@ -89,8 +114,8 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
             continue
         c = Cell(rec["row"], rec["column"], rec["value"], rec["unit"], rec.get("measure"), rec.get("note"))
         cells.append(c)
-        if rec["value"] is None or not rec.get("measure"):
-            c.kind, c.reason = "text", "descriptive cell; nothing to measure"
+        if rec["value"] is None:
+            c.kind, c.reason = "text", "descriptive cell or mark; nothing to measure"
             if rec["row"] in published_only:
                 c.kind = "published only"
             continue
@@ -102,7 +127,12 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
             c.reason = pending.get(rec["row"], default_reason)
             continue
         c.system = system
-        label = dataset_label(rec["column"], tmatrix)
+        spec = column_spec(rec["column"], tmatrix)
+        c.measure = spec.get("measure") or c.measure
+        if not c.measure:
+            c.reason = f"no measurement defined for column {rec['column']!r} (configs/matrix/{paper}.yaml)"
+            continue
+        label = spec["dataset"]
         key = cfg["substitutions"].get(label)
         if key is None:
             why = cfg["tables"].get("unavailable", {}).get(label, "")
@@ -113,7 +143,7 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
         if why:
             c.reason = why
             continue
-        c.kind, c.source = "measured", eval_path(cfg, system, key)
+        c.kind, c.source = "measured", source_path(cfg, system, key, c.measure)
     return tinfo, cells
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from harness.config import add_config_argument, load_config
 from harness.io import atomic_write_text, read_json
-from harness.tables.matrix import SCALE, Cell, load_matrix, resolve_table
+from harness.tables.matrix import SCALE, Cell, column_spec, load_matrix, resolve_table
+from harness.units import convert
 from harness.tables.published import format_value, load_published
 
 # paper dataset label -> canonical id of the dataset the paper evaluated on
@@ -42,19 +43,32 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
             c.status = c.kind
             continue
         res = cache.setdefault(c.source, read_json(c.source))
-        value = res["measures"].get(c.measure)
+        if c.measure.startswith("metric:"):
+            entry = res.get("values", {}).get(c.measure.removeprefix("metric:"))
+            value = None if entry is None else convert(entry["value"], entry["unit"], c.unit)
+        else:
+            raw = res["measures"].get(c.measure)
+            value = None if raw is None else raw * SCALE.get(c.unit, 1.0)
         if value is None:
             c.kind, c.status = "not run", "not run"
             c.reason = f"{c.source} has no measure {c.measure}"
             continue
-        c.measured = value * SCALE.get(c.unit, 1.0)
-        label = c.column.split(" ", 1)[0]
+        c.measured = value
+        label = column_spec(c.column, tmatrix)["dataset"]
         if cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label, cfg["datasets"][c.dataset]["id"]):
             c.status = "stand-in"
         else:
             diff = abs(c.measured - c.published)
             c.status = "OK" if diff <= tol["ok"] else "OKish" if diff <= tol["okish"] else "FAIL"
     return tinfo, cells
+
+
+_SHOW_UNIT = {"ms", "s", "m", "h", "GB", "MB", "Q/s", "x"}
+
+
+def _pub(c: Cell) -> str:
+    text = format_value(c.published)
+    return f"{text} {c.unit}" if c.unit in _SHOW_UNIT else text
 
 
 def _num(x: float | None, digits: int = 1) -> str:
@@ -96,12 +110,13 @@ def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[s
             elif c.kind == "text":
                 vals.append((c.note or "").removeprefix("text: "))
             elif c.kind == "published only":
-                vals.append(f"{format_value(c.published)} (published only)")
+                vals.append(f"{_pub(c)} (published only)")
             elif c.kind == "not run":
-                vals.append(f"— / {format_value(c.published)} ⁽{reasons[c.reason]}⁾")
+                vals.append(f"— / {_pub(c)} ⁽{reasons[c.reason]}⁾")
             else:
                 diff = "" if c.published is None else f" ({c.measured - c.published:+.1f})"
-                vals.append(f"**{_num(c.measured)}** / {format_value(c.published)}{diff} {c.status}")
+                digits = 2 if c.unit in {"ratio", "GB", "MB"} else 1
+                vals.append(f"**{_num(c.measured, digits)}** / {_pub(c)}{diff} {c.status}")
         out.append("| " + " | ".join([row] + vals) + " |")
     out.append("")
     out.append("Status: OK / OKish / FAIL = within / near / outside the tolerance of the published value on the "

@@ -35,11 +35,17 @@ TABLES = [(p, t["id"]) for p in PAPERS for t in PUBLISHED[p]["tables"]]
 wildcard_constraints:
     dataset="|".join(re.escape(d) for d in DATASETS),
     method="|".join(re.escape(m) for m in METHODS) or "none",
+    system="(" + "|".join(re.escape(m) for m in METHODS) + r")(\.[A-Za-z0-9_-]+)?",
     paper="|".join(PAPERS),
 
 
 def method_hash(wildcards):
     return hconfig.section_hash(config, f"methods.{wildcards.method}", "seed", "evaluate")
+
+
+def system_hash(wildcards):
+    method = wildcards.system.split(".")[0]
+    return hconfig.section_hash(config, f"methods.{method}", "seed", "evaluate", f"datasets.{wildcards.dataset}")
 
 
 def dataset_hash(wildcards):

@@ -1,17 +1,18 @@
 rule evaluate:
-    """QA top-k accuracy (answer rule of the dataset) and/or ir_measures on qrels."""
+    """QA top-k accuracy (answer rule of the dataset) and/or ir_measures on qrels, for any system
+    <method>[.<variant>] whose run lies at runs/<dataset>/<system>.trec."""
     input:
         data=f"{R}/data/{{dataset}}",
-        run=f"{R}/runs/{{dataset}}/{{method}}.trec",
+        run=f"{R}/runs/{{dataset}}/{{system}}.trec",
     output:
-        f"{R}/eval/{{dataset}}/{{method}}.json",
+        f"{R}/eval/{{dataset}}/{{system}}.json",
     params:
         cfg=CFG,
-        h=method_hash,
+        h=system_hash,
     log:
-        f"{R}/logs/evaluate/{{method}}-{{dataset}}.log",
+        f"{R}/logs/evaluate/{{system}}-{{dataset}}.log",
     benchmark:
-        f"{R}/benchmarks/evaluate/{{method}}-{{dataset}}.tsv"
+        f"{R}/benchmarks/evaluate/{{system}}-{{dataset}}.tsv"
     conda:
         "../envs/harness.yaml"
     resources:
@@ -19,4 +20,4 @@ rule evaluate:
         gpu=0,
     shell:
         "python -m harness evaluate --config {params.cfg} --dataset {wildcards.dataset} --run {input.run} "
-        "--system {wildcards.method} --out {output} > {log} 2>&1"
+        "--system {wildcards.system} --out {output} > {log} 2>&1"
