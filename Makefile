@@ -14,13 +14,13 @@ test: setup                 ## the test suite
 	.venv/bin/python -m pytest -q
 
 small: setup                ## the small profile on real data (mirror: MIRROR=../shared/data)
-	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all --configfile configs/profiles/small.yaml reproduce_all
+	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all reproduce_all --configfile configs/profiles/small.yaml
 
 regress-small: setup        ## CI regression: small profile, real data, compared with configs/expected/small.yaml
-	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all --configfile configs/profiles/small.yaml regression claims
+	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all regression claims --configfile configs/profiles/small.yaml
 
 paper-dry: setup            ## what the paper profile would run
-	$(SNAKEMAKE) -n --configfile configs/profiles/paper.yaml reproduce_all
+	$(SNAKEMAKE) -n reproduce_all --configfile configs/profiles/paper.yaml
 
 lint: setup
 	$(SNAKEMAKE) --lint
