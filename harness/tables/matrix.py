@@ -46,6 +46,7 @@ class Cell:
     source: Path | None = None        # file the measured value comes from
     measured: float | None = None
     status: str = ""
+    device: str | None = None         # where an efficiency figure was measured (metrics "device")
 
 
 def split_system(system: str) -> tuple[str, str | None]:
@@ -104,7 +105,7 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
     tinfo = next(t for t in doc["tables"] if t["id"] == table)
     matrix = load_matrix(paper)
     tmatrix = matrix["tables"].get(table, {})
-    default_reason = matrix.get("defaults", {}).get("not_run", "not implemented in this harness yet")
+    default_reason = tmatrix.get("not_run") or matrix.get("defaults", {}).get("not_run", "not implemented in this harness yet")
     systems = tmatrix.get("systems", {})
     pending = tmatrix.get("pending", {})
     published_only = set(tmatrix.get("published_only", []))
