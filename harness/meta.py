@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from functools import lru_cache
@@ -54,13 +55,9 @@ def hardware() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
+    torch = sys.modules.get("torch")  # only asked when the caller already uses torch (no 10 s import)
+    if torch is not None and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
     return info
 
 
