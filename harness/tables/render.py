@@ -28,6 +28,11 @@ PAPER_DATASETS = {
     "WQ": "dpr-w100/web-questions/test",
     "TREC": "dpr-w100/curated-trec/test",
     "SQuAD": "dpr-w100/squad/test",
+    "SciFact": "beir/scifact/test",
+    "NFCorpus": "beir/nfcorpus/test",
+    "ArguAna": "beir/arguana/test",
+    "FiQA": "beir/fiqa/test",
+    "SCIDOCS": "beir/scidocs/test",
 }
 CSV_FIELDS = ("paper", "table", "row", "column", "measure", "unit", "published", "measured", "difference",
               "status", "system", "dataset", "reason", "note")
@@ -55,7 +60,7 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
             continue
         c.measured = value
         label = column_spec(c.column, tmatrix)["dataset"]
-        if cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label, cfg["datasets"][c.dataset]["id"]):
+        if cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label):
             c.status = "stand-in"
         else:
             diff = abs(c.measured - c.published)
