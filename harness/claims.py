@@ -1,6 +1,8 @@
 """`python -m harness claims --out results/claims/<profile>.csv`: check configs/claims.yaml.
 
-Each claim compares two quantities (measured values or constants). Columns of the output:
+Each claim compares two quantities (measured values or constants); a measure ``metric:<name>``
+reads the system's metrics file (efficiency figures, in base units). The right side is
+``factor × rhs + offset`` (defaults 1 and 0; offset -0.02 reads "within 2 points"). Columns of the output:
 claim_id, paper, holds (true / false / not run), measured, detail.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from harness.config import REPO, add_config_argument, load_config, read_yaml, validate
 from harness.io import atomic_write_text
-from harness.measured import available, lookup, source
+from harness.measured import available, lookup, parse_key, source
 
 CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -34,6 +36,32 @@ def quantity_key(cfg: Mapping[str, Any], q: Mapping[str, Any]) -> str | None:
     return f"{dataset}/{q['system']}/{q['measure']}"
 
 
+def _source(cfg: Mapping[str, Any], key: str) -> Path:
+    """Where a quantity lives: ``metric:<name>`` measures in the metrics file, others in the eval file."""
+    from harness.tables.matrix import metrics_path
+
+    dataset, system, measure = parse_key(key)
+    return metrics_path(cfg, system, dataset) if measure.startswith("metric:") else source(cfg, key)
+
+
+def _lookup(cfg: Mapping[str, Any], key: str) -> float | None:
+    """A measured value; ``metric:<name>`` values are converted to their dimension's base unit
+    (seconds, bytes), so that both sides of a claim compare in the same unit."""
+    measure = parse_key(key)[2]
+    if not measure.startswith("metric:"):
+        return lookup(cfg, key)
+    from harness.io import read_json
+    from harness.units import UNITS
+
+    path = _source(cfg, key)
+    if not path.exists():
+        return None
+    entry = read_json(path).get("values", {}).get(measure.removeprefix("metric:"))
+    if entry is None:
+        return None
+    return float(entry["value"]) * UNITS[entry["unit"]][1]
+
+
 def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
     values, names = [], []
     for side in ("lhs", "rhs"):
@@ -47,15 +75,18 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
         if why:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: {why}"}
-        v = lookup(cfg, key)
+        v = _lookup(cfg, key)
         if v is None:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
-                    "detail": f"{key}: not measured ({source(cfg, key)} missing)"}
+                    "detail": f"{key}: not measured ({_source(cfg, key)} missing)"}
         values.append(v)
         names.append(f"{key}={v:.4f}")
     factor = claim.get("factor", 1.0)
-    holds = OPS[claim["op"]](values[0], factor * values[1])
+    offset = claim.get("offset", 0.0)
+    holds = OPS[claim["op"]](values[0], factor * values[1] + offset)
     rhs = names[1] if factor == 1.0 else f"{factor} × {names[1]}"
+    if offset:
+        rhs += f" {'+' if offset > 0 else '-'} {abs(offset)}"
     return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "true" if holds else "false",
             "measured": f"{names[0]} {claim['op']} {rhs}", "detail": claim["statement"]}
 
@@ -66,7 +97,7 @@ def required_inputs(cfg: Mapping[str, Any]) -> list[str]:
         for side in ("lhs", "rhs"):
             key = quantity_key(cfg, claim[side])
             if key and available(cfg, key) is None:
-                out.add(str(source(cfg, key)))
+                out.add(str(_source(cfg, key)))
     return sorted(out)
 
 

@@ -1,4 +1,5 @@
-"""Look up measured values by name: ``<dataset>/<system>/<measure>`` from the eval JSONs."""
+"""Look up measured values by name: ``<dataset>/<system>/<measure>`` from the eval JSONs (or, for
+``metric:<name>``, the metrics JSONs)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -7,7 +8,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.io import read_json
-from harness.tables.matrix import eval_path, system_runs
+from harness.tables.matrix import eval_path, metrics_path, system_runs
 
 
 def parse_key(key: str) -> tuple[str, str, str]:
@@ -18,15 +19,24 @@ def parse_key(key: str) -> tuple[str, str, str]:
 
 
 def source(cfg: Mapping[str, Any], key: str) -> Path:
-    dataset, system, _ = parse_key(key)
+    """The eval file of the key's system, or its metrics file for a ``metric:<name>`` measure."""
+    dataset, system, measure = parse_key(key)
+    if measure.startswith("metric:"):
+        return metrics_path(cfg, system, dataset)
     return eval_path(cfg, system, dataset)
 
 
 def lookup(cfg: Mapping[str, Any], key: str) -> float | None:
+    """A measured value; ``metric:<name>`` values in their dimension's base unit (bytes, seconds)."""
     dataset, system, measure = parse_key(key)
-    path = eval_path(cfg, system, dataset)
+    path = source(cfg, key)
     if not path.exists():
         return None
+    if measure.startswith("metric:"):
+        from harness.units import UNITS
+
+        entry = read_json(path).get("values", {}).get(measure.removeprefix("metric:"))
+        return None if entry is None else float(entry["value"]) * UNITS[entry["unit"]][1]
     return read_json(path)["measures"].get(measure)
 
 

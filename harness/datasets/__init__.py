@@ -18,6 +18,16 @@ FAMILIES.add("smoke", "harness.datasets.smoke")
 FAMILIES.add("squad-open", "harness.datasets.squad")
 FAMILIES.add("beir", "harness.datasets.beir")
 FAMILIES.add("ir-datasets", "harness.datasets.irds")
+# registry-driven families (file locations and checksums from configs/datasets.yaml)
+FAMILIES.add("qa-list", "harness.datasets.qa_lists")
+FAMILIES.add("classic", "harness.datasets.classic")
+FAMILIES.add("squad-style", "harness.datasets.squad_style")
+FAMILIES.add("beir-queries", "harness.datasets.beir_queries")
+FAMILIES.add("msmarco-passage", "harness.datasets.msmarco")
+FAMILIES.add("dpr-wiki", "harness.datasets.dpr_wiki")
+FAMILIES.add("kilt", "harness.datasets.kilt")
+FAMILIES.add("mteb", "harness.datasets.cmteb")
+FAMILIES.add("training-pairs", "harness.datasets.training_pairs")
 
 
 class Doc(NamedTuple):

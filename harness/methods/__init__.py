@@ -21,6 +21,10 @@ class MethodInfo(NamedTuple):
 METHODS: Registry[MethodInfo] = Registry("method")
 METHODS.add("bm25", MethodInfo("harness.methods.bm25", trained=False))
 METHODS.add("dpr", MethodInfo("harness.methods.dpr", trained=True))
+METHODS.add("svdr", MethodInfo("harness.methods.vdr", trained=True))   # SVDR: VDR + semi-parametric loss
+METHODS.add("vdr", MethodInfo("harness.methods.vdr", trained=True))    # VDR: methods.vdr has sp_loss: false
+METHODS.add("bpr", MethodInfo("harness.methods.bpr", trained=True))     # BPR: DPR encoders + hash layer
+METHODS.add("reader", MethodInfo("harness.methods.reader", trained=True))  # extractive reader (EM); reads runs, builds no index
 
 
 def method_module(name: str):

@@ -47,16 +47,24 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
         if c.kind != "measured":
             c.status = c.kind
             continue
+        if c.source not in cache and not c.source.exists():  # outside the DAG (which makes it first)
+            c.kind, c.status = "not run", "not run"
+            c.reason = f"{c.source} is missing: run the rule that produces it"
+            continue
         res = cache.setdefault(c.source, read_json(c.source))
+        not_run = None
         if c.measure.startswith("metric:"):
-            entry = res.get("values", {}).get(c.measure.removeprefix("metric:"))
+            name = c.measure.removeprefix("metric:")
+            entry = res.get("values", {}).get(name)
             value = None if entry is None else convert(entry["value"], entry["unit"], c.unit)
+            c.device = None if entry is None else entry.get("device")
+            not_run = res.get("not_run", {}).get(name)  # a metrics file may say why a figure is absent
         else:
             raw = res["measures"].get(c.measure)
             value = None if raw is None else raw * SCALE.get(c.unit, 1.0)
         if value is None:
             c.kind, c.status = "not run", "not run"
-            c.reason = f"{c.source} has no measure {c.measure}"
+            c.reason = not_run or f"{c.source} has no measure {c.measure}"
             continue
         c.measured = value
         label = column_spec(c.column, tmatrix)["dataset"]
@@ -77,6 +85,8 @@ def _pub(c: Cell) -> str:
 
 
 def _num(x: float | None, digits: int = 1) -> str:
+    if x is not None and x != 0 and abs(x) < 1.0 and digits < 4:
+        return f"{x:.3g}"  # three significant digits below 1 (e.g. ms per query, seconds in a column printed in hours)
     return "" if x is None else f"{x:.{digits}f}"
 
 
@@ -121,7 +131,8 @@ def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[s
             else:
                 diff = "" if c.published is None else f" ({c.measured - c.published:+.1f})"
                 digits = 2 if c.unit in {"ratio", "GB", "MB"} else 1
-                vals.append(f"**{_num(c.measured, digits)}** / {_pub(c)}{diff} {c.status}")
+                dev = f" ({c.device})" if c.device else ""
+                vals.append(f"**{_num(c.measured, digits)}**{dev} / {_pub(c)}{diff} {c.status}")
         out.append("| " + " | ".join([row] + vals) + " |")
     out.append("")
     out.append("Status: OK / OKish / FAIL = within / near / outside the tolerance of the published value on the "

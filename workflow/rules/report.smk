@@ -59,6 +59,7 @@ rule reproduce_all:
         f"{config['results_dir']}/index.html",
         f"{config['results_dir']}/claims/{config['profile']}.csv",
         REGRESSION,
+        DECONTAM_REPORT,
         [f"{R}/timing/{m}-{d}.json" for m, d in method_runs()],
     default_target: True
     localrule: True

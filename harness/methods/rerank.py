@@ -1,0 +1,62 @@
+"""Re-ranking the top m of a first-stage run with a bi-encoder (SVDR §4.4, Table 1).
+
+* ``SVDR_β (m)``: the beta-search run re-scored with ``<E_θ(q), E_θ(p)>``: the top-m passages
+  are embedded on the fly from their text (no embedding index is read) and re-ranked.
+* ``BM25 + DPR (m)``: the BM25 run re-scored with the trained DPR encoders (system ids
+  ``dpr.bm25-m<m>``: a DPR variant, since DPR's weights do the scoring).
+
+Below rank m the first-stage order is kept, so top-k for k >= m equals the first stage's (as in
+the paper's Table 1, e.g. SVDR_β (m=5) top-20 = SVDR_β top-20). Every passage that some query
+needs is embedded once per call (for all depths together), then scored per query. Ties in the
+re-ranking score keep the first-stage order. Scores written to the run are order keys
+(depth - rank + 1), so that tools which sort by score (ir_measures) see the re-ranked order.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from harness.datasets import Doc, Query
+
+Hits = dict[str, list[tuple[str, float]]]
+
+
+def rerank(run: Mapping[str, Sequence[tuple[str, float]]], queries: Sequence[Query], depths: Sequence[int],
+           docs: Mapping[str, Doc], encode_queries: Callable[[list[str]], Any],
+           encode_passages: Callable[[list[Doc]], Any]) -> dict[int, Hits]:
+    """Re-rank ``run`` at every depth of ``depths``; ``encode_*`` return a numpy array or a scipy
+    sparse matrix with one row per input, compared by inner product."""
+    if not depths:
+        return {}
+    deepest = max(depths)
+    qs = [q for q in queries if q.id in run]
+    needed: dict[str, int] = {}
+    for q in qs:
+        for d, _ in run[q.id][:deepest]:
+            needed.setdefault(d, len(needed))
+    P = encode_passages([docs[d] for d in needed]) if needed else None
+    Q = encode_queries([q.text for q in qs]) if qs else None
+    out: dict[int, Hits] = {m: {} for m in depths}
+    for qi, q in enumerate(qs):
+        hits = list(run[q.id])
+        top = hits[:deepest]
+        if top:
+            rows = [needed[d] for d, _ in top]
+            scores = _dot(Q, qi, P, rows)
+        for m in depths:
+            head = top[:m]
+            order = sorted(range(len(head)), key=lambda i: (-scores[i], i)) if head else []
+            ranked = [head[i][0] for i in order] + [d for d, _ in hits[m:]]
+            n = len(ranked)
+            out[m][q.id] = [(d, float(n - r)) for r, d in enumerate(ranked)]
+    return out
+
+
+def _dot(Q, qi: int, P, rows: list[int]) -> np.ndarray:
+    import scipy.sparse as sp
+
+    if sp.issparse(Q):
+        return np.asarray((P[rows] @ Q[qi].T).todense()).ravel()
+    return P[rows] @ Q[qi]

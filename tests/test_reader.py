@@ -1,0 +1,125 @@
+"""The extractive reader: answer spans, training instances, a tiny training run, EM over runs."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harness.config import load_config
+from harness.datasets import Doc, prepare, store
+from harness.methods import reader
+from harness.methods.base import Context
+from harness.runs import write_run
+
+
+def test_find_answer_respects_word_boundaries():
+    assert reader.find_answer("The Kanmor Works opened in 1889.", ["1889"]) == (27, 31)
+    assert reader.find_answer("Born in 18890, not 1889", ["1889"]) == (19, 23)
+    assert reader.find_answer("nothing here", ["1889", ""]) is None
+    assert reader.find_answer("In PARIS and in Lyon", ["paris", "lyon"]) == (3, 8)  # earliest, case-insensitive
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reader")
+    cfg = load_config([], overrides={"results_dir": str(root / "results"), "methods": {"reader": {
+        "epochs": 1, "max_train_questions": 48, "negative_passages": 3, "p_max_len": 128, "lr": 5e-4}}})
+    ctx = Context(cfg, "reader", "smoke")
+    ctx.data_dir().mkdir(parents=True)
+    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
+    docs = list(store.iter_corpus(ctx.data_dir()))
+    # a fake retriever run: the gold passage at rank 3 behind two others, for train and test
+    runs = {}
+    for split in ("train", "test"):
+        qs = store.read_queries(ctx.data_dir(), split)
+        res = {q.id: [(docs[(i * 7) % len(docs)].id, 3.0), (docs[(i * 7 + 1) % len(docs)].id, 2.0), (q.gold[0], 1.0)]
+               + [(d.id, 0.5 - j * 1e-3) for j, d in enumerate(docs[:10])] for i, q in enumerate(qs)}
+        runs[split] = root / f"{split}.trec"
+        write_run(runs[split], res, tag="fake")
+    return ctx, runs, root
+
+
+def test_span_tokens_point_at_the_answer(setup):
+    ctx, _, _ = setup
+    r = reader.Reader.from_backbone(ctx)
+    doc = Doc("d1", "Kanmor Works", "The works were founded by Edda Lind in 1889 near the river.")
+    enc, offsets, mask, starts = r.batch(["who founded the works?"], [doc])
+    span = reader._span_tokens(offsets[0], mask[0], reader.find_answer(doc.text, ["Edda Lind"]), starts[0])
+    toks = r.tok.convert_ids_to_tokens(enc["input_ids"][0][span[0]:span[1] + 1])
+    assert r.tok.convert_tokens_to_string(toks) == "edda lind"
+    # the title and the question are never answer tokens
+    assert not mask[0][: enc.sequence_ids(0).index(1) + 2].any()
+
+
+def test_training_instances(setup):
+    ctx, runs, _ = setup
+    inst, stats = reader.training_instances(ctx, runs["train"])
+    assert stats["questions"] == 48 and len(inst) == 48 - stats["skipped"]
+    docs = {d.id: d for d in store.iter_corpus(ctx.data_dir())}
+    for q, pos, negs in inst:
+        assert reader.find_answer(docs[pos].text, q.answers) is not None
+        assert len(negs) == 3 and pos not in negs
+
+
+@pytest.fixture(scope="module")
+def trained(setup):
+    ctx, runs, root = setup
+    out = root / "model"
+    info = reader.train(ctx, out, runs["train"])
+    return ctx, runs, out, info
+
+
+def test_training_moves_the_loss(trained):
+    _, _, _, info = trained
+    assert info["steps"] == 12 and info["instances"] == 48
+    assert np.mean(info["loss_last"]) < np.mean(info["loss_first"])
+
+
+def test_predictions_are_spans_of_the_selected_passage_and_round_trip(trained):
+    ctx, _, out, _ = trained
+    docs = list(store.iter_corpus(ctx.data_dir()))[:5]
+    a = reader.Reader.load(ctx, out)
+    a.train(False)
+    p = a.predict("Who founded the works?", docs)
+    text = next(d for d in docs if d.id == p["passage"]).text
+    assert p["answer"] and p["answer"] in text
+    assert len(a.tok.tokenize(p["answer"])) <= a.max_answer_len
+    b = reader.Reader.load(ctx, out)
+    b.train(False)
+    assert b.predict("Who founded the works?", docs) == p
+    assert a.predict("anything", [])["answer"] == ""
+
+
+def test_exact_match_of_runs_and_cli(trained, tmp_path):
+    ctx, runs, out, _ = trained
+    res = reader.exact_match_of_runs(ctx, out, {"a": runs["test"], "b": runs["test"]}, "smoke")
+    assert res["a"]["em"] == res["b"]["em"] and 0.0 <= res["a"]["em"] <= 1.0
+    assert res["a"]["questions"] == 63
+    preds = res["a"]["predictions"]
+    assert sum(p["em"] for p in preds) / len(preds) == pytest.approx(res["a"]["em"])
+    import yaml
+
+    over = tmp_path / "over.yaml"
+    over.write_text(yaml.safe_dump({"results_dir": ctx.cfg["results_dir"],
+                                    "methods": {"reader": dict(ctx.cfg["methods"]["reader"])}}))
+    rc = reader.main(["em", "--config", str(over), "--dataset", "smoke", "--systems", "x", "y", "--model", str(out),
+                      "--run", str(runs["test"]), str(runs["test"]), "--out", str(tmp_path / "x.json"),
+                      str(tmp_path / "y.json")])
+    assert rc == 0
+    doc = json.loads((tmp_path / "x.json").read_text())
+    assert doc["values"]["em"]["unit"] == "ratio" and doc["values"]["em"]["value"] == pytest.approx(res["a"]["em"])
+    assert doc["values"]["reader_params_millions"]["value"] > 1
+    assert reader.main(["em", "--config", str(over), "--dataset", "smoke", "--systems", "x", "--model", str(out),
+                        "--run", str(runs["test"]), str(runs["test"]), "--out", str(tmp_path / "z.json")]) == 2
+
+
+def test_em_sample_is_seeded(setup, trained):
+    ctx, runs, out, _ = trained
+    cfg = {**ctx.cfg, "methods": {**ctx.cfg["methods"], "reader": {**ctx.cfg["methods"]["reader"], "max_test_questions": 10}}}
+    c2 = Context(cfg, "reader", "smoke")
+    a = reader.exact_match_of_runs(c2, out, {"s": runs["test"]}, "smoke")["s"]
+    b = reader.exact_match_of_runs(c2, out, {"s": runs["test"]}, "smoke")["s"]
+    assert a["questions"] == 10 and a["test_questions"] == 63
+    assert [p["id"] for p in a["predictions"]] == [p["id"] for p in b["predictions"]]
+    assert json.dumps(a["predictions"]) == json.dumps(b["predictions"])

@@ -1,0 +1,97 @@
+"""SVDR efficiency figures (Tables 2, 5, index facts): files, units, devices, bookkeeping.
+Never asserts speed: only that figures exist, are positive and add up as documented."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.config import load_config
+from harness.datasets import prepare
+from harness.io import write_jsonl
+from harness.meta import write_meta
+from harness.methods import svdr_efficiency as eff
+from harness.methods import vdr
+from harness.methods.base import Context
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eff")
+    cfg = load_config([], overrides={
+        "results_dir": str(root / "results"),
+        "timing": {"repeats": 3},
+        "methods": {"svdr": {"epochs": 1, "batch_size": 8, "max_train_questions": 16, "p_max_len": 48,
+                             "q_max_len": 16, "topk": 32, "retrieval_start": 1.0,
+                             "latency": {"batches": 1, "rerank_batches": 1},
+                             "synthetic": {"passages": 3000, "vocab": 2000, "densities": [16, 32],
+                                           "batch_sizes": [4, 8], "base_density": 16, "base_batch": 4,
+                                           "query_active": 50, "k": 5}}}})
+    ctx = Context(cfg, "svdr", "smoke")
+    ctx.data_dir().mkdir(parents=True)
+    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
+    negs = root / "negs.jsonl"
+    write_jsonl(negs, [])
+    out = root / "model"
+    out.mkdir()
+    vdr.train(ctx, out, negs)
+    return root, ctx, out
+
+
+def _load(path):
+    return json.loads(path.read_text())
+
+
+def test_latency_rows_units_devices_and_totals(model, tmp_path):
+    _, ctx, out = model
+    paths = eff.latency(ctx, out, tmp_path)
+    assert sorted(p.name for p in paths) == ["svdr.lat-alpha.json", "svdr.lat-beta.json", "svdr.lat-full.json"]
+    full, alpha, beta = (_load(tmp_path / f"svdr.lat-{r}.json") for r in ("full", "alpha", "beta"))
+    assert set(full["values"]) >= {"E_D", "E_q_cpu", "f_cpu", "search_total", "total"} and "T_D" not in full["values"]
+    assert set(alpha["values"]) >= {"E_D", "T_q", "f_cpu"} and "E_q_cpu" not in alpha["values"]
+    assert set(beta["values"]) >= {"T_D", "E_q_cpu", "f_cpu"} and "E_D" not in beta["values"]
+    for row in (full, alpha, beta):
+        assert row["not_run"]["f_cuda"].startswith("no GPU on this machine")     # CPU profile
+        assert all(v["unit"] == "s" and v["value"] > 0 and v["device"] == "cpu" for v in row["values"].values())
+        v = row["values"]
+        q = v.get("E_q_cpu", v.get("T_q"))["value"]
+        assert v["search_total"]["value"] == pytest.approx(q + v["f_cpu"]["value"])
+        index = v.get("T_D", v.get("E_D"))["value"]
+        assert v["total"]["value"] == pytest.approx(v["search_total"]["value"] + index)
+        assert row["test_batches"] == 2 and row["timed_batches"] == 1 and row["repeats"] == 3
+        assert len(row["raw_samples_seconds"]["f_beta"]) == 3
+    # per-batch figure x test batches = total
+    assert full["values"]["E_q_cpu"]["value"] == pytest.approx(2 * full["values"]["E_q_per_batch"]["value"])
+    rerank = eff.latency_rerank(ctx, out, tmp_path / "svdr.lat-beta.json", [5, 20], tmp_path)
+    assert [p.name for p in rerank] == ["svdr.lat-beta-m5.json", "svdr.lat-beta-m20.json"]
+    m20 = _load(tmp_path / "svdr.lat-beta-m20.json")["values"]
+    assert m20["T_D"] == beta["values"]["T_D"] and m20["E_p"]["value"] > 0
+    assert m20["search_total"]["value"] == pytest.approx(beta["values"]["search_total"]["value"] + m20["E_p"]["value"])
+
+
+def test_index_metrics_from_meta(tmp_path):
+    for name, nbytes, secs in (("t", 100, 1.0), ("e", 1000, 8.0)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "blob").write_bytes(b"x" * nbytes)
+        write_meta(d, "index", extra={"memory_bytes": nbytes, "build_seconds": secs, "density": 0.1})
+    cfg = load_config([], overrides={"results_dir": str(tmp_path / "r")})
+    out = eff.write_index_metrics(Context(cfg, "svdr", "smoke"), tmp_path / "t", tmp_path / "e", tmp_path / "m.json")
+    v = _load(out)["values"]
+    assert v["token_index_bytes"] == {"value": 100.0, "unit": "B"}
+    assert v["token_to_emb_bytes"]["value"] == pytest.approx(0.1)
+    assert v["token_to_emb_build_seconds"]["value"] == pytest.approx(1 / 8)
+
+
+def test_synthetic_rows(model, tmp_path):
+    _, ctx, _ = model
+    paths = eff.synthetic(ctx, tmp_path)
+    assert sorted(p.name for p in paths) == sorted(["svdr.synth-a16.json", "svdr.synth-a32.json",
+                                                    "svdr.synth-bs4.json", "svdr.synth-bs8.json"])
+    a16, a32 = _load(tmp_path / "svdr.synth-a16.json"), _load(tmp_path / "svdr.synth-a32.json")
+    assert a32["values"]["memory_bytes"]["value"] > a16["values"]["memory_bytes"]["value"]   # denser index, more postings
+    assert a16["values"]["storage_bytes"]["value"] > 0 and a16["passages"] == 3000
+    bs8 = _load(tmp_path / "svdr.synth-bs8.json")["values"]
+    assert bs8["latency_per_query"]["value"] == pytest.approx(bs8["latency_per_batch"]["value"] / 8)

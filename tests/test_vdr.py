@@ -1,0 +1,343 @@
+"""VDR / SVDR: encoder pieces against naive torch, exact search against brute force, the loss,
+in-training negative retrieval (index built once), re-ranking, ablation reuse, the CLI steps."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from harness.config import load_config
+from harness.datasets import Doc, Query, prepare, store
+from harness.errors import ConfigError
+from harness.io import write_jsonl
+from harness.methods import vdr
+from harness.methods.base import Context
+from harness.methods.rerank import rerank
+
+torch = pytest.importorskip("torch")
+
+TINY = {"epochs": 2, "batch_size": 8, "p_max_len": 64, "q_max_len": 24, "lr": 5e-4, "max_train_questions": 48,
+        "topk": 64, "encode_batch_size": 32}
+
+
+def _cfg(root, **svdr):
+    return load_config([], overrides={"results_dir": str(root / "results"), "methods": {"svdr": {**TINY, **svdr}}})
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vdr")
+    cfg = _cfg(root)
+    ctx = Context(cfg, "svdr", "smoke")
+    ctx.data_dir().mkdir(parents=True)
+    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
+    return root, cfg, ctx
+
+
+@pytest.fixture(scope="module")
+def trained(smoke):
+    root, _, ctx = smoke
+    negs = root / "negs.jsonl"
+    write_jsonl(negs, [])  # no BM25 negatives: random passages until retrieval starts
+    out = root / "model"
+    out.mkdir()
+    info = vdr.train(ctx, out, negs)
+    return ctx, out, info
+
+
+# ---------------------------------------------------------------- encoder pieces
+def _naive_pool(h, lengths, w, b):
+    rows = []
+    for i, n in enumerate(lengths):
+        logits = h[i, :n] @ w.T + (0 if b is None else b)
+        rows.append(logits.max(0).values)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_max_project_value_and_gradient_match_naive_torch(with_bias):
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(3, 7, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(11, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(11, generator=g, dtype=torch.float64, requires_grad=True) if with_bias else None
+    lengths = [7, 4, 1]
+    out = vdr.max_project_grad(h, lengths, w, b)
+    want = _naive_pool(h, lengths, w, b)
+    torch.testing.assert_close(out, want)
+    upstream = torch.randn(3, 11, generator=g, dtype=torch.float64)
+    upstream[1, ::2] = 0.0  # sparse gradients (top-k training) take the same path
+    grads = torch.autograd.grad((out * upstream).sum(), [h, w] + ([b] if with_bias else []))
+    want_grads = torch.autograd.grad((want * upstream).sum(), [h, w] + ([b] if with_bias else []))
+    for got, exp in zip(grads, want_grads):
+        torch.testing.assert_close(got, exp)
+    # padding positions never receive gradient
+    assert torch.all(grads[0][1, 4:] == 0) and torch.all(grads[0][2, 1:] == 0)
+
+
+def test_max_project_chunks_do_not_change_the_result():
+    h = torch.randn(5, 9, 4)
+    w = torch.randn(13, 4)
+    a, ia = vdr.max_project(h, [9, 3, 9, 2, 6], w, chunk=4)
+    b, ib = vdr.max_project(h, [9, 3, 9, 2, 6], w, chunk=1000)
+    torch.testing.assert_close(a, b)
+    assert torch.equal(ia, ib)
+
+
+def test_elu1p():
+    x = torch.tensor([-2.0, 0.0, 3.0])
+    torch.testing.assert_close(vdr.elu1p(x), torch.tensor([np.exp(-2.0), 1.0, 4.0], dtype=torch.float32))
+
+
+def test_encoder_sparsity_lexical_union_and_binary(trained):
+    _, out, _ = trained
+    m = vdr.VDRModel.load(out)
+    texts = ["who founded the kanmor works?", "river source"]
+    E = m.embed_questions(texts)
+    T = m.binary_questions(texts)
+    ids = m.tok(texts, truncation=True, max_length=m.s["q_max_len"])["input_ids"]
+    for i, row in enumerate(ids):
+        lexical = {t for t in row if t >= m.skip}
+        cols = set(E[i].indices.tolist())
+        assert lexical <= cols                                   # activate_lexical: input tokens are on
+        assert len(cols) <= m.s["topk"] + len(lexical)          # top-k ∪ lexical
+        assert min(cols) >= m.skip                               # special / unused ids are never dimensions
+        assert set(T[i].indices.tolist()) == lexical and np.all(T[i].data == 1.0)
+        assert np.all(E[i].data > 0)                             # elu1p > 0
+    assert E.shape == (2, len(m.tok)) and m.skip == 999
+
+
+def test_round_trip_gives_identical_vectors(trained):
+    _, out, _ = trained
+    a = vdr.VDRModel.load(out).encode_questions(["What year was Belmorholt founded?"])
+    b = vdr.VDRModel.load(out).encode_questions(["What year was Belmorholt founded?"])
+    assert (a != b).nnz == 0
+
+
+# ---------------------------------------------------------------- loss
+def test_contrastive_loss_is_both_directions_over_the_batch():
+    g = torch.Generator().manual_seed(1)
+    q = torch.rand(3, 6, generator=g)
+    p = torch.rand(5, 6, generator=g)  # 3 positives then 2 negatives
+    s = q @ p.T
+    q2p = -torch.log_softmax(s, 1)[range(3), range(3)].mean()
+    p2q = -torch.log_softmax(s[:, :3].T, 1)[range(3), range(3)].mean()
+    torch.testing.assert_close(vdr.contrastive(q, p), q2p + p2q)
+
+
+def test_svdr_loss_adds_the_semi_parametric_terms():
+    g = torch.Generator().manual_seed(2)
+    eq, ep = torch.rand(2, 8, generator=g), torch.rand(4, 8, generator=g)
+    qm, pm = torch.rand(2, 8, generator=g) > 0.3, torch.rand(4, 8, generator=g) > 0.3
+    tq, tp = (torch.rand(2, 8, generator=g) > 0.5).float(), (torch.rand(4, 8, generator=g) > 0.5).float()
+    base = {"loss": "paper", "temperature": 1.0}
+    lp = vdr.contrastive(eq * qm, ep * pm)
+    lsp = (vdr.contrastive(eq * qm, tp) + vdr.contrastive(tq, ep * pm)) / 2
+    torch.testing.assert_close(vdr.svdr_loss({**base, "sp_loss": True}, eq, ep, qm, pm, tq, tp), lp + lsp)
+    torch.testing.assert_close(vdr.svdr_loss({**base, "sp_loss": False}, eq, ep, qm, pm, tq, tp), lp)
+    code = vdr.svdr_loss({**base, "loss": "code-mean4", "sp_loss": True}, eq, ep, qm, pm, tq, tp)
+    want = (vdr.contrastive(eq * qm, ep) + vdr.contrastive(eq, ep * pm) + vdr.contrastive(tq, ep)
+            + vdr.contrastive(eq, tp)) / 4
+    torch.testing.assert_close(code, want)
+
+
+# ---------------------------------------------------------------- training
+def test_training_runs_uses_retrieved_negatives_and_moves_the_loss(trained):
+    _, out, info = trained
+    assert info["steps"] == 2 * 6 and info["examples"] == 48
+    assert info["retrieval_from_step"] == 6
+    r = info["in_training_retrieval"]
+    assert r["batches"] == 6 and r["retrieved"] + r["padded_random"] == 6 * 8 and r["top_m"] == 20
+    assert np.mean(info["loss_last"]) < np.mean(info["loss_first"])
+    assert (out / vdr.MODEL_SETTINGS).exists() and (out / "question_encoder").is_dir() and (out / "passage_encoder").is_dir()
+
+
+def test_token_index_is_built_once_during_training(smoke, monkeypatch, tmp_path):
+    from harness.indexes.token_csr import BinaryTokenIndex
+
+    _, cfg, _ = smoke
+    cfg = {**cfg, "methods": {**cfg["methods"], "svdr": {**cfg["methods"]["svdr"], "epochs": 1,
+                                                          "max_train_questions": 32, "retrieval_start": 0.0}}}
+    built, searched = [], []
+    orig_build, orig_search = BinaryTokenIndex.from_token_ids.__func__, BinaryTokenIndex.search
+
+    def counting_build(cls, *a, **k):
+        idx = orig_build(cls, *a, **k)
+        built.append(id(idx))
+        return idx
+
+    def counting_search(self, *a, **k):
+        searched.append(id(self))
+        return orig_search(self, *a, **k)
+
+    monkeypatch.setattr(BinaryTokenIndex, "from_token_ids", classmethod(counting_build))
+    monkeypatch.setattr(BinaryTokenIndex, "search", counting_search)
+    ctx = Context(cfg, "svdr", "smoke")
+    out = tmp_path / "m"
+    out.mkdir()
+    info = vdr.train(ctx, out, None)
+    assert len(built) == 1                       # no rebuild during training
+    assert len(searched) == info["steps"] == 4   # one beta search per batch, all on that one object
+    assert set(searched) == set(built)
+
+
+def test_negative_retriever_drops_answers_gold_and_positives_and_pads():
+    from harness.indexes.token_csr import BinaryTokenIndex
+
+    docs = {"d0": "the mayor is greta", "d1": "bridges of stone", "d2": "greta again", "d3": "rivers"}
+    ids = ["d0", "d1", "d2", "d3"]
+    index = BinaryTokenIndex.from_token_ids([[1, 2], [1, 3], [1, 2, 4], [5]], vocab_size=8)
+    r = vdr.NegativeRetriever(index, ids, docs, "dpr-string", top_m=3, rng=random.Random(0))
+    q = np.zeros((1, 8), np.float32)
+    q[0, [1, 2]] = 1.0
+    q_all = Query("q", "who is mayor", ["greta"], ["d0"])
+    for _ in range(20):   # top 3 = d0 (gold), d2 (answer), d1: only d1 is a negative
+        assert r.negatives(q, [q_all], exclude=set()) == ["d1"]
+    assert r.negatives(q, [q_all], exclude={"d1"}) != ["d1"]  # nothing left: a random passage
+    assert r.padded == 1 and r.retrieved == 20
+
+
+# ---------------------------------------------------------------- indexes and search
+def test_token_index_beta_search_is_exact(trained):
+    ctx, out, _ = trained
+    docs = list(store.iter_corpus(ctx.data_dir()))
+    m = vdr.VDRModel.load(out)
+    index = vdr.build_token_index(m.tok, docs, m.s["p_max_len"], m.skip)
+    T = index.to_scipy_csr()
+    assert T.shape == (122, len(m.tok)) and T[:, : m.skip].nnz == 0
+    Q = m.encode_questions(["Who is the mayor of Belmorholt?", "How long is the river?", "When was it founded?"])
+    exact = (Q @ T.T).toarray()
+    scores, rows = index.search(Q, 10)
+    for i in range(3):
+        np.testing.assert_allclose(scores[i], np.sort(exact[i])[::-1][:10], rtol=1e-5)
+        np.testing.assert_allclose(exact[i, rows[i]], scores[i], rtol=1e-5)
+
+
+def test_embedding_index_full_and_alpha_are_exact(trained, tmp_path):
+    ctx, out, _ = trained
+    info = vdr.build_emb_index(ctx, tmp_path, out)
+    assert info["spec"] == "sparse-csr" and info["documents"] == 122 and info["build_seconds"] > 0
+    emb = vdr.SparseEmbeddingIndex.load(tmp_path)
+    m = vdr.VDRModel.load(out)
+    E = emb.matrix
+    assert E.getnnz(axis=1).max() <= m.s["topk"] + m.s["p_max_len"]
+    for Q in (m.encode_questions(["Who is the mayor?", "river length"]), m.binary_questions(["who is the mayor?"])):
+        exact = (Q @ E.T).toarray()
+        scores, rows = emb.search(Q, 7)
+        for i in range(Q.shape[0]):
+            order = np.lexsort((np.arange(122), -exact[i]))[:7]   # score desc, ties by lower row
+            np.testing.assert_array_equal(rows[i], order)
+            np.testing.assert_allclose(scores[i], exact[i, order], rtol=1e-5)
+
+
+def test_topk_rows_ties_and_padding():
+    s, i = vdr.topk_rows(np.array([[1.0, 3.0, 3.0, 0.0]]), 3)
+    assert i.tolist() == [[1, 2, 0]] and s.tolist() == [[3.0, 3.0, 1.0]]
+    s, i = vdr.topk_rows(np.array([[1.0, 2.0]]), 4)
+    assert i.tolist() == [[1, 0, -1, -1]] and np.isinf(s[0, 2:]).all()
+
+
+def test_search_variants_return_ranked_runs(trained, tmp_path):
+    ctx, out, _ = trained
+    (tmp_path / "t").mkdir()
+    (tmp_path / "e").mkdir()
+    vdr.build_index(ctx, tmp_path / "t")
+    vdr.build_emb_index(ctx, tmp_path / "e", out)
+    qs = store.read_queries(ctx.data_dir(), "test")[:5]
+    for variant, idx in (("full", "e"), ("alpha", "e"), ("beta", "t")):
+        hits = vdr.search_variant(variant, qs, 10, out, tmp_path / idx)
+        assert set(hits) == {q.id for q in qs}
+        for h in hits.values():
+            assert len(h) == 10 and [s for _, s in h] == sorted((s for _, s in h), reverse=True)
+    with pytest.raises(ConfigError):
+        vdr.search_variant("gamma", qs, 10, out, tmp_path / "t")
+
+
+# ---------------------------------------------------------------- re-ranking
+def test_rerank_reorders_only_the_top_m():
+    docs = {f"d{i}": Doc(f"d{i}", "", f"text {i}") for i in range(6)}
+    run = {"q": [(f"d{i}", 10.0 - i) for i in range(6)]}
+    P = np.eye(6, dtype=np.float32)
+    Q = np.array([[0, 1, 5, 2, 9, 0]], np.float32)  # re-ranking scores: d4 > d2 > d3 > d1 > d0 = d5
+
+    res = rerank(run, [Query("q", "x")], [3, 6], docs, lambda t: Q, lambda ds: P[[int(d.id[1:]) for d in ds]])
+    assert [d for d, _ in res[3]["q"]] == ["d2", "d1", "d0", "d3", "d4", "d5"]
+    assert [d for d, _ in res[6]["q"]] == ["d4", "d2", "d3", "d1", "d0", "d5"]   # tie d0/d5 keeps first-stage order
+    assert [s for _, s in res[3]["q"]] == sorted((s for _, s in res[3]["q"]), reverse=True)
+
+
+# ---------------------------------------------------------------- config
+def test_ablation_reuse_and_settings():
+    cfg = load_config()
+    cfg["methods"]["svdr"]["ablation_overrides"] = {}
+    assert vdr.ablation_model_source(cfg, "svdr", "ref") == "svdr"
+    assert vdr.ablation_model_source(cfg, "svdr", "nosp") == "vdr"
+    assert vdr.ablation_model_source(cfg, "svdr", "m1") is None
+    s = vdr.settings(cfg["methods"]["svdr"], "noneg")
+    assert s["hard_negatives"] == 0 and s["batch_size"] == 2 * cfg["methods"]["svdr"]["batch_size"]
+    cfg["methods"]["svdr"]["ablation_overrides"] = {"epochs": 1}
+    assert vdr.ablation_model_source(cfg, "svdr", "ref") is None
+    with pytest.raises(ConfigError, match="did you mean 'm100'"):
+        vdr.settings(cfg["methods"]["svdr"], "m10", "svdr")
+
+
+def test_parse_variant():
+    assert vdr.parse_variant("abl-m1-beta") == ("m1", "beta")
+    assert vdr.parse_variant("beta-m20") == (None, "beta-m20")
+    with pytest.raises(ConfigError):
+        vdr.parse_variant("abl-m1-alpha")
+
+
+def test_vdr_is_svdr_without_sp_loss_in_every_profile(repo):
+    for prof in (None, "small", "paper"):
+        cfg = load_config([repo / "configs" / "profiles" / f"{prof}.yaml"] if prof else [])
+        s, v = (vdr.train_signature(vdr.settings(cfg["methods"][m], None, m)) for m in ("svdr", "vdr"))
+        assert s.pop("sp_loss") is True and v.pop("sp_loss") is False
+        assert s == v, prof
+
+
+# ---------------------------------------------------------------- metrics in tables and claims
+def test_metrics_not_run_reason_and_device_in_rendered_table(tmp_path):
+    from harness import claims
+    from harness.tables import render
+    from harness.tables.matrix import load_matrix, metrics_path
+
+    cfg = load_config([], overrides={"results_dir": str(tmp_path / "results")})
+    for system in load_matrix("svdr")["tables"]["2"]["systems"].values():   # the other rows: nothing measured
+        metrics_path(cfg, system, "smoke").parent.mkdir(parents=True, exist_ok=True)
+        metrics_path(cfg, system, "smoke").write_text(json.dumps({"values": {}}))
+    path = metrics_path(cfg, "svdr.lat-beta", "smoke")
+    path.write_text(json.dumps({"values": {"T_D": {"value": 36.0, "unit": "s", "device": "cpu"}},
+                                "not_run": {"f_cuda": "no GPU on this machine (timing.device: cpu)"}}))
+    tinfo, cells = render.fill(cfg, "svdr", "2")
+    cell = {(c.row, c.column): c for c in cells}
+    assert cell[("SVDR_β", "T(D)")].measured == pytest.approx(0.01) and cell[("SVDR_β", "T(D)")].device == "cpu"
+    assert cell[("SVDR_β", "f(q,D)")].reason == "no GPU on this machine (timing.device: cpu)"
+    md = render.to_markdown(cfg, "svdr", "2", tinfo, cells)
+    assert "**0.01** (cpu)" in md and "no GPU on this machine" in md
+    idx = metrics_path(cfg, "svdr.index", "smoke")
+    idx.write_text(json.dumps({"values": {"token_index_bytes": {"value": 1.0, "unit": "KB"},
+                                          "emb_index_bytes": {"value": 9000.0, "unit": "B"}}}))
+    claim = {"id": "x", "paper": "svdr", "statement": "s", "op": "<=", "factor": 0.2,
+             "lhs": {"system": "svdr.index", "dataset": "NQ", "measure": "metric:token_index_bytes"},
+             "rhs": {"system": "svdr.index", "dataset": "NQ", "measure": "metric:emb_index_bytes"}}
+    assert claims.evaluate(cfg, claim)["holds"] == "true"        # 1000 B <= 0.2 x 9000 B
+    assert claims.evaluate(cfg, {**claim, "factor": 0.1})["holds"] == "false"
+    assert str(idx) in claims.required_inputs(cfg)   # configs/claims.yaml compares the two index sizes
+
+
+def test_binary_csr_drops_special_ids():
+    m = vdr.binary_csr([[101, 5, 1500, 1500, 2000], []], skip=999, vocab=3000)
+    assert m.shape == (2, 3000) and m[0].indices.tolist() == [1500, 2000] and m[1].nnz == 0
+    assert sp.isspmatrix_csr(m)
+
+
+def test_cli_reports_an_unknown_ablation_in_one_line(tmp_path, capsys):
+    from harness.methods import svdr_cli
+
+    rc = svdr_cli.main(["train", "--method", "svdr", "--ablation", "m10", "--out", str(tmp_path / "m")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: unknown ablation 'm10'") and "did you mean 'm100'" in err
+    assert not (tmp_path / "m").exists()
