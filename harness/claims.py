@@ -80,7 +80,7 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: not measured ({_source(cfg, key)} missing)"}
         values.append(v)
-        names.append(f"{key}={v:.4f}")
+        names.append(f"{key}={v:.6g}")
     factor = claim.get("factor", 1.0)
     offset = claim.get("offset", 0.0)
     holds = OPS[claim["op"]](values[0], factor * values[1] + offset)
