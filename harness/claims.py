@@ -44,12 +44,17 @@ def _source(cfg: Mapping[str, Any], key: str) -> Path:
     return metrics_path(cfg, system, dataset) if measure.startswith("metric:") else source(cfg, key)
 
 
-def _lookup(cfg: Mapping[str, Any], key: str) -> float | None:
-    """A measured value; ``metric:<name>`` values are converted to their dimension's base unit
-    (seconds, bytes), so that both sides of a claim compare in the same unit."""
+_BASE_UNIT = {"time": "s", "bytes": "B"}
+
+
+def _lookup(cfg: Mapping[str, Any], key: str) -> tuple[float, str] | None:
+    """A measured value and the unit it is given in; ``metric:<name>`` values are converted to
+    their dimension's base unit (seconds, bytes), so that both sides of a claim compare in the
+    same unit (the unit is then printed: ``metric:query_ms=0.00078 s``)."""
     measure = parse_key(key)[2]
     if not measure.startswith("metric:"):
-        return lookup(cfg, key)
+        v = lookup(cfg, key)
+        return None if v is None else (v, "")
     from harness.io import read_json
     from harness.units import UNITS
 
@@ -59,7 +64,8 @@ def _lookup(cfg: Mapping[str, Any], key: str) -> float | None:
     entry = read_json(path).get("values", {}).get(measure.removeprefix("metric:"))
     if entry is None:
         return None
-    return float(entry["value"]) * UNITS[entry["unit"]][1]
+    dim, factor = UNITS[entry["unit"]]
+    return float(entry["value"]) * factor, _BASE_UNIT.get(dim, "")
 
 
 def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,12 +81,13 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
         if why:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: {why}"}
-        v = _lookup(cfg, key)
-        if v is None:
+        found = _lookup(cfg, key)
+        if found is None:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: not measured ({_source(cfg, key)} missing)"}
+        v, unit = found
         values.append(v)
-        names.append(f"{key}={v:.6g}")
+        names.append(f"{key}={v:.6g}" + (f" {unit}" if unit else ""))
     factor = claim.get("factor", 1.0)
     offset = claim.get("offset", 0.0)
     holds = OPS[claim["op"]](values[0], factor * values[1] + offset)

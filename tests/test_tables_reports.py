@@ -112,5 +112,22 @@ def test_claims_hold_false_and_not_run(tmp_path):
     assert out["holds"] == "not run" and "enabled is false" in out["detail"]
 
 
+def test_claims_compare_metrics_in_base_units_and_print_the_unit(tmp_path):
+    cfg = _cfg(tmp_path)
+    root = cfg_root(cfg) / "metrics" / "smoke"
+    root.mkdir(parents=True)
+    (root / "dpr.json").write_text(json.dumps({"values": {"t": {"value": 1.0, "unit": "ms"}}}))
+    (root / "bm25.json").write_text(json.dumps({"values": {"t": {"value": 0.5, "unit": "s"}}}))
+    claim = {"id": "x", "paper": "svdr", "statement": "s", "op": "<",
+             "lhs": {"system": "dpr", "dataset": "NQ", "measure": "metric:t"},
+             "rhs": {"system": "bm25", "dataset": "NQ", "measure": "metric:t"}}
+    out = claims.evaluate(cfg, claim)          # 1 ms < 0.5 s; the raw numbers (1.0 < 0.5) would not hold
+    assert out["holds"] == "true"
+    assert "metric:t=0.001 s" in out["measured"] and "metric:t=0.5 s" in out["measured"]
+    assert claims.evaluate(cfg, {**claim, "op": ">"})["holds"] == "false"
+    (root / "bm25.json").write_text(json.dumps({"values": {"t": {"value": 500, "unit": "us"}}}))
+    assert claims.evaluate(cfg, claim)["holds"] == "false"   # 1 ms vs 0.5 ms
+
+
 def test_claims_file_is_valid():
     assert {c["id"] for c in claims.load_claims()} >= {"dpr-beats-bm25-top20"}
