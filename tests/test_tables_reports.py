@@ -131,3 +131,16 @@ def test_claims_compare_metrics_in_base_units_and_print_the_unit(tmp_path):
 
 def test_claims_file_is_valid():
     assert {c["id"] for c in claims.load_claims()} >= {"dpr-beats-bm25-top20"}
+
+
+def test_cell_whose_published_value_was_lost_is_still_measured(tmp_path):
+    # BPR Table 2 "w/o reranking" NQ top-20: numeric column, value lost in the paper's text
+    # conversion (published null, measure Success@20); ours is shown beside "—".
+    cfg = _cfg(tmp_path)
+    _eval(cfg, "smoke", "bpr.no-rerank", {"Success@1": 0.25, "Success@20": 0.625, "Success@100": 0.875})
+    _, cells = render.fill(cfg, "bpr", "2")
+    c = next(c for c in cells if c.row == "BPR w/o reranking" and c.column == "NQ top20")
+    assert c.published is None and c.kind == "measured" and c.measured == pytest.approx(62.5)
+    md, _ = render.render(cfg, "bpr", "2", tmp_path / "t2.md")
+    line = next(x for x in md.read_text().splitlines() if x.startswith("| BPR w/o reranking"))
+    assert "**62.5** / —" in line and "**25.0** / 38.0" in line

@@ -115,7 +115,7 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
             continue
         c = Cell(rec["row"], rec["column"], rec["value"], rec["unit"], rec.get("measure"), rec.get("note"))
         cells.append(c)
-        if rec["value"] is None:
+        if rec["value"] is None and not rec.get("measure"):
             c.kind, c.reason = "text", "descriptive cell or mark; nothing to measure"
             if rec["row"] in published_only:
                 c.kind = "published only"

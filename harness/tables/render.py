@@ -70,6 +70,8 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
         label = column_spec(c.column, tmatrix)["dataset"]
         if cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label):
             c.status = "stand-in"
+        elif c.published is None:  # a numeric cell whose value the paper's text lost (note says so)
+            c.status = "no published value"
         else:
             diff = abs(c.measured - c.published)
             c.status = "OK" if diff <= tol["ok"] else "OKish" if diff <= tol["okish"] else "FAIL"
@@ -80,6 +82,8 @@ _SHOW_UNIT = {"ms", "s", "m", "h", "GB", "MB", "Q/s", "x"}
 
 
 def _pub(c: Cell) -> str:
+    if c.published is None:
+        return "—"
     text = format_value(c.published)
     return f"{text} {c.unit}" if c.unit in _SHOW_UNIT else text
 
