@@ -1,6 +1,7 @@
-# The reproduction DAG: datasets -> decontam -> train -> index -> search (+ timing) -> evaluate
-# -> tables -> regression and claims. Every rule runs `python -m harness ...`; the package works
-# without Snakemake. Profiles: --configfile configs/profiles/small.yaml (or paper.yaml).
+# The reproduction DAG: datasets -> decontam -> negatives -> train -> index -> search -> measure ->
+# evaluate -> tables -> regression and claims. Rules are generic stages; the jobs come from the plan
+# that the methods declare (harness/plan.py; `python -m harness plan` lists them). Every rule runs
+# `python -m harness ...`; the package works without Snakemake. Profiles: --configfile configs/profiles/small.yaml (or paper.yaml).
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -11,12 +12,14 @@ configfile: "configs/default.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/decontam.smk"
+include: "workflow/rules/negatives.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/index.smk"
 include: "workflow/rules/search.smk"
+include: "workflow/rules/measure.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"
-include: "workflow/rules/decontam.smk"
-include: "workflow/rules/svdr.smk"
-include: "workflow/rules/bpr.smk"
+include: "workflow/rules/claims.smk"
+include: "workflow/rules/regression.smk"
 include: "workflow/rules/report.smk"

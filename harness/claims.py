@@ -17,15 +17,20 @@ from typing import Any
 
 from harness.config import REPO, add_config_argument, load_config, read_yaml, validate
 from harness.io import atomic_write_text
-from harness.measured import available, lookup, parse_key, source
+from harness.measured import available, check_measure, find, outputs, parse_key
 
 CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 
 
 def load_claims(path: Path = CLAIMS) -> list[dict[str, Any]]:
+    """The claims of ``path``, validated; a misspelled measure fails here, not as a missing value."""
     doc = read_yaml(path)
     validate(doc, "claims", source=str(path))
+    for claim in doc["claims"]:
+        for side in ("lhs", "rhs"):
+            if "measure" in claim[side]:
+                check_measure(claim[side]["measure"], f"{path}: claim {claim['id']} ({side})")
     return doc["claims"]
 
 
@@ -36,36 +41,9 @@ def quantity_key(cfg: Mapping[str, Any], q: Mapping[str, Any]) -> str | None:
     return f"{dataset}/{q['system']}/{q['measure']}"
 
 
-def _source(cfg: Mapping[str, Any], key: str) -> Path:
-    """Where a quantity lives: ``metric:<name>`` measures in the metrics file, others in the eval file."""
-    from harness.tables.matrix import metrics_path
-
+def _parts(key: str) -> tuple[str, str, str]:
     dataset, system, measure = parse_key(key)
-    return metrics_path(cfg, system, dataset) if measure.startswith("metric:") else source(cfg, key)
-
-
-_BASE_UNIT = {"time": "s", "bytes": "B"}
-
-
-def _lookup(cfg: Mapping[str, Any], key: str) -> tuple[float, str] | None:
-    """A measured value and the unit it is given in; ``metric:<name>`` values are converted to
-    their dimension's base unit (seconds, bytes), so that both sides of a claim compare in the
-    same unit (the unit is then printed: ``metric:query_ms=0.00078 s``)."""
-    measure = parse_key(key)[2]
-    if not measure.startswith("metric:"):
-        v = lookup(cfg, key)
-        return None if v is None else (v, "")
-    from harness.io import read_json
-    from harness.units import UNITS
-
-    path = _source(cfg, key)
-    if not path.exists():
-        return None
-    entry = read_json(path).get("values", {}).get(measure.removeprefix("metric:"))
-    if entry is None:
-        return None
-    dim, factor = UNITS[entry["unit"]]
-    return float(entry["value"]) * factor, _BASE_UNIT.get(dim, "")
+    return system, dataset, measure
 
 
 def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,11 +59,13 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
         if why:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: {why}"}
-        found = _lookup(cfg, key)
-        if found is None:
+        found = find(cfg, *_parts(key))
+        if found.value is None:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
-                    "detail": f"{key}: not measured ({_source(cfg, key)} missing)"}
-        v, unit = found
+                    "detail": f"{key}: {found.reason}"}
+        v, unit = found.value, found.unit
+        if found.raw and found.raw.get("kind") == "projected":
+            unit = (unit + " projected").strip()
         values.append(v)
         names.append(f"{key}={v:.6g}" + (f" {unit}" if unit else ""))
     factor = claim.get("factor", 1.0)
@@ -104,7 +84,7 @@ def required_inputs(cfg: Mapping[str, Any]) -> list[str]:
         for side in ("lhs", "rhs"):
             key = quantity_key(cfg, claim[side])
             if key and available(cfg, key) is None:
-                out.add(str(_source(cfg, key)))
+                out.update(str(o) for o in outputs(cfg, key))
     return sorted(out)
 
 

@@ -2,11 +2,22 @@
 
 Each command lives in its own module and is imported only when used, so that
 `python -m harness --help` stays fast (pyserini and torch are slow to import).
+
+Global option ``--log FILE`` (before the command): the process's stdout and stderr (file
+descriptors 1 and 2, so that child processes such as the JVM write there too) go to FILE,
+overwritten per run, while the one line that says why a command failed also reaches the console.
+Snakemake rules run ``python -m harness --log {log} <command> ...``, so a failed rule's error is
+seen without opening its log.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
 
 from harness.errors import HarnessError
 
@@ -14,12 +25,13 @@ from harness.errors import HarnessError
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("harness.config", "validate and print the resolved configuration"),
     "data": ("harness.datasets.cli", "prepare a dataset (download/verify/convert) into the results tree"),
-    "bm25-negatives": ("harness.methods.negatives", "mine BM25 hard negatives for training questions"),
-    "train": ("harness.methods.cli", "train a method's model"),
-    "index": ("harness.indexes.cli", "build an index variant"),
-    "search": ("harness.search", "search an index and write a TREC run + meta.json"),
-    "evaluate": ("harness.evaluate.cli", "evaluate a run (QA top-k accuracy or ir_measures)"),
-    "timing": ("harness.timing", "time index build and search with a paper's protocol"),
+    "negatives": ("harness.negatives", "mine BM25 hard negatives for a training dataset"),
+    "plan": ("harness.stages:plan_main", "list every job (train, index, search, measure) of the config"),
+    "train": ("harness.stages:train", "run a train job of the plan (a model)"),
+    "index": ("harness.stages:index", "run an index job of the plan (an index of one dataset)"),
+    "search": ("harness.stages:search", "run a search job of the plan (every run of one model on one dataset)"),
+    "measure": ("harness.stages:measure", "run a measure job of the plan (efficiency figures)"),
+    "evaluate": ("harness.stages:evaluate", "evaluate every run of a search job (QA top-k accuracy, ir_measures)"),
     "table": ("harness.tables.render", "render one paper table (measured beside published)"),
     "index-html": ("harness.tables.html", "write results/index.html linking every table"),
     "published": ("harness.tables.published", "print the published numbers of a paper"),
@@ -33,13 +45,104 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _usage() -> str:
-    lines = ["usage: python -m harness <command> [options]", "", "commands:"]
+    lines = ["usage: python -m harness [--log FILE] <command> [options]", "",
+             "  --log FILE      stdout and stderr go to FILE (overwritten); why a command failed also goes",
+             "                  to the console", "", "commands:"]
     lines += [f"  {name:<15} {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
 
+# the original stderr (a dup of fd 2) while --log sends fds 1 and 2 to a file, else None
+_CONSOLE: int | None = None
+_echoed = 0  # error lines written to _CONSOLE
+
+
+def _error(line: str) -> None:
+    """Print a one-line error on stderr and, under --log, on the console too."""
+    global _echoed
+    print(line, file=sys.stderr)
+    if _CONSOLE is not None:
+        sys.stderr.flush()
+        os.write(_CONSOLE, (line.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
+        _echoed += 1
+
+
+@contextlib.contextmanager
+def _redirect_to(log: Path) -> Iterator[None]:
+    """For the block, send fds 1 and 2 to ``log`` (overwritten) and keep the original fd 2 as _CONSOLE."""
+    global _CONSOLE
+    log.parent.mkdir(parents=True, exist_ok=True)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    saved = (os.dup(1), os.dup(2))
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    line_buffered = getattr(sys.stdout, "line_buffering", None)
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=True)  # keeps stdout and stderr lines in order in the log
+    _CONSOLE = saved[1]
+    try:
+        yield
+    finally:
+        _CONSOLE = None
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(ValueError, OSError):
+                stream.flush()
+        with contextlib.suppress(AttributeError, ValueError, TypeError):
+            sys.stdout.reconfigure(line_buffering=line_buffered)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def _last_line(path: Path) -> str:
+    """The last non-blank line of a log file."""
+    with contextlib.suppress(OSError):
+        lines = [ln.strip() for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1]
+    return ""
+
+
+def _run_logged(log: Path, argv: list[str]) -> int:
+    """`main(argv)` with its output in ``log``; why it failed also goes to the original stderr:
+    a HarnessError's `error:` line, else the last line of the traceback or of the log, and "see FILE"."""
+    with _redirect_to(log):
+        name = argv[0] if argv else ""
+        if name and name not in COMMANDS and name not in {"-h", "--help"}:
+            _error(f"error: unknown command {name!r}; commands: {', '.join(COMMANDS)}")
+            return 2
+        echoed = _echoed
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse prints its usage error to stderr (the log) and exits 2
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if isinstance(exc.code, str):
+                print(exc.code, file=sys.stderr)
+        except Exception:
+            traceback.print_exc()
+            last = traceback.format_exc().strip().splitlines()[-1]
+            _error(f"error: python -m harness {name} failed: {last} (see {log})")
+            return 1
+        if rc and _echoed == echoed:  # failed without a HarnessError (breaches, a usage error): its last line
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            _error(f"error: python -m harness {name} exited with status {rc}: {_last_line(log)} (see {log})")
+        return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and (argv[0] == "--log" or argv[0].startswith("--log=")):
+        log = argv[0].partition("=")[2] if argv[0] != "--log" else (argv[1] if len(argv) > 1 else "")
+        rest = argv[1:] if argv[0] != "--log" else argv[2:]
+        if not log or log.startswith("-"):
+            print("error: --log needs a file name: python -m harness --log FILE <command> ...", file=sys.stderr)
+            return 2
+        return _run_logged(Path(log), rest)
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
@@ -55,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                 print("usage: python -m harness bench <name> [options]\nbenchmarks: " + ", ".join(BENCHMARKS))
                 return 0
             return run(rest[0], rest[1:])
-        module = importlib.import_module(COMMANDS[name][0])
-        return int(module.main(rest) or 0)
+        target, _, fn = COMMANDS[name][0].partition(":")
+        module = importlib.import_module(target)
+        return int(getattr(module, fn or "main")(rest) or 0)
     except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(f"error: {exc}")
         return 2

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,36 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str) -> dict[str, Any]:
-    return read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
+    """workflow/schemas/<name>.schema.yaml; the config schema gets every registered method's
+    fragment under ``methods`` and each step's (the reader) at the top level."""
+    schema = read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
+    if name == "config":
+        from harness.methods import METHODS, STEPS, schema_fragment, step_schema
+
+        for m in METHODS:
+            schema["properties"]["methods"]["properties"][m] = _graft(schema, f"methods.{m}", schema_fragment(m))
+        for step in STEPS:
+            schema["properties"][step] = _graft(schema, step, step_schema(step))
+    return schema
+
+
+def _graft(root: dict[str, Any], prefix: str, fragment: dict[str, Any]) -> dict[str, Any]:
+    """A fragment's own ``$defs`` moved into the root's under ``<prefix>.<name>``, refs rewritten."""
+    defs = fragment.pop("$defs", {}) or {}
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: (f"#/$defs/{prefix}.{v.rsplit('/', 1)[1]}" if k == "$ref" and str(v).startswith("#/$defs/")
+                        and v.rsplit("/", 1)[1] in defs else fix(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [fix(x) for x in node]
+        return node
+
+    for name, d in defs.items():
+        root.setdefault("$defs", {})[f"{prefix}.{name}"] = fix(d)
+    return fix(fragment)
 
 
 def _allowed_keys(schema: Mapping[str, Any], root: Mapping[str, Any]) -> list[str]:
@@ -88,7 +115,148 @@ def validate(data: Any, schema_name: str = "config", source: str = "config") -> 
         raise ConfigError(
             f"{source}: unknown key {', '.join(hints)} under {path}; allowed keys: {', '.join(allowed)}"
         )
+    if err.validator == "type":
+        raise ConfigError(f"{source}: {path}: {err.message}",
+                          fix=f"give {path} a value of that type; --config KEY=VALUE reads a number, true/false, null or "
+                              "a string, so write lists, mappings and other complex values in a YAML file "
+                              "(snakemake --configfile FILE; python -m harness ... --config FILE)")
     raise ConfigError(f"{source}: {path}: {err.message}")
+
+
+# ----------------------------------------------------------------------------- dotted overrides
+# A schema node is walked with its "bases": the schemas its local $refs may point into, innermost
+# first (a method's fragment may carry its own $defs), the root schema last.
+Bases = tuple[Mapping[str, Any], ...]
+
+
+def _resolve(node: Any, bases: Bases) -> tuple[Any, Bases]:
+    """Follow ``$ref`` ("#/$defs/name") to the schema it names; {} (anything) if it names nothing."""
+    seen = 0
+    while isinstance(node, Mapping) and "$ref" in node and seen < 32:
+        seen += 1
+        for base in bases:
+            target: Any = base
+            try:
+                for part in node["$ref"].removeprefix("#/").split("/"):
+                    target = target[part]
+            except (KeyError, TypeError):
+                continue
+            node = target
+            break
+        else:
+            return {}, bases
+    if isinstance(node, Mapping) and "$defs" in node:
+        bases = (node, *bases)
+    return node, bases
+
+
+def _child_schema(node: Any, key: str, bases: Bases) -> tuple[Any, Bases] | None:
+    """The schema of ``key`` inside object schema ``node``; None when the schema forbids the key."""
+    node, bases = _resolve(node, bases)
+    if not isinstance(node, Mapping):
+        return {}, bases
+    if key in node.get("properties", {}):
+        return _resolve(node["properties"][key], bases)
+    extra = node.get("additionalProperties", True)
+    if extra is False:
+        return None
+    return ({}, bases) if extra is True else _resolve(extra, bases)
+
+
+def _typed_scalar(value: str, types: set[str]) -> Any:
+    """``value`` read as the number, boolean or null the schema wants (YAML 1.1: ``3``, ``true``,
+    ``null``; also ``1e-4``, which YAML 1.1 leaves a string); the string itself otherwise."""
+    import math
+
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = value
+    if isinstance(parsed, bool):
+        return parsed if "boolean" in types else value
+    if parsed is None:
+        return None if "null" in types else value
+    if isinstance(parsed, int) and types & {"integer", "number"}:
+        return parsed
+    if types & {"integer", "number"}:
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        if math.isfinite(number) and "number" in types:
+            return number
+        if math.isfinite(number) and number.is_integer():
+            return int(number)
+    return value
+
+
+def _coerce(node: Any, schema: Any, bases: Bases) -> Any:
+    """Type the string scalars of ``node`` where the schema wants a number, boolean or null."""
+    schema, bases = _resolve(schema, bases)
+    if not isinstance(schema, Mapping):
+        return node
+    if isinstance(node, dict):
+        for key, value in node.items():
+            child = _child_schema(schema, key, bases)
+            if child is not None:
+                node[key] = _coerce(value, *child)
+        return node
+    if isinstance(node, list):
+        items = schema.get("items")
+        return [_coerce(v, items, bases) for v in node] if isinstance(items, Mapping) else node
+    t = schema.get("type")
+    types = {t} if isinstance(t, str) else set(t or ())
+    if isinstance(node, str) and types and "string" not in types:
+        return _typed_scalar(node, types)
+    return node
+
+
+def expand_dotted(cfg: dict[str, Any], *, source: str = "config") -> None:
+    """Move every top-level dotted key (``methods.dpr.epochs: 3``) to its nested place, in place.
+
+    Overrides come flat, one ``KEY=VALUE`` each (``python -m harness config --set``, a
+    ``load_config`` override, a dotted key in a YAML file); a dotted key wins over the nested
+    value it replaces. A path the schema does not allow fails here, naming the dotted key as typed
+    and the closest allowed one. Then string scalars are typed where the schema wants a number,
+    boolean or null: Snakemake's ``--config 'methods={dpr: {epochs: 3}}'`` hands nested values
+    over as strings (and ``true`` at the top level too), and YAML 1.1 reads ``1e-4`` as a string.
+    """
+    root: Bases = (load_schema("config"),)
+    for dotted in [k for k in cfg if isinstance(k, str) and "." in k]:
+        parts = dotted.split(".")
+        if not all(parts):
+            raise ConfigError(f"{source}: config key {dotted!r} has an empty part",
+                              fix="write the path as section.subsection.key, e.g. methods.dpr.epochs")
+        schema: tuple[Any, Bases] = (root[0], root)
+        node: dict[str, Any] = cfg
+        for i, part in enumerate(parts):
+            child = _child_schema(schema[0], part, schema[1])
+            if child is None:
+                parent = _resolve(*schema)[0]
+                allowed = sorted(parent.get("properties", {}))
+                close = difflib.get_close_matches(part, allowed, n=1)
+                hint = f" (did you mean {'.'.join([*parts[:i], close[0], *parts[i + 1:]])!r}?)" if close else ""
+                raise ConfigError(f"{source}: unknown config key {dotted!r}{hint}: {'.'.join(parts[:i]) or '<top>'} "
+                                  f"has no key {part!r}; allowed keys: {', '.join(allowed) or '(none)'}")
+            schema = child
+            if i == len(parts) - 1:  # a mapping merges into the section it names, as --config does
+                value = cfg[dotted]
+                both = isinstance(value, Mapping) and isinstance(node.get(part), Mapping)
+                node[part] = deep_merge(node[part], value) if both else copy.deepcopy(value)
+                break
+            resolved = _resolve(*schema)[0]
+            kind = resolved.get("type", "object") if isinstance(resolved, Mapping) else "object"
+            if "object" not in ([kind] if isinstance(kind, str) else kind):
+                raise ConfigError(f"{source}: unknown config key {dotted!r}: {'.'.join(parts[:i + 1])} is a setting "
+                                  f"of type {kind}, not a section", fix=f"set {'.'.join(parts[:i + 1])} itself")
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node[part], dict):
+                raise ConfigError(f"{source}: config key {dotted!r}: {'.'.join(parts[:i + 1])} holds a "
+                                  f"{type(node[part]).__name__}, not a mapping")
+            node = node[part]
+        del cfg[dotted]
+    _coerce(cfg, root[0], root)
 
 
 def load_config(paths: Iterable[Path | str] = (), overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -99,10 +267,14 @@ def load_config(paths: Iterable[Path | str] = (), overrides: Mapping[str, Any] |
         part = read_yaml(Path(p))
         if not isinstance(part, Mapping):
             raise ConfigError(f"{p}: expected a mapping at the top level")
+        part = dict(part)
+        expand_dotted(part, source=str(p))
         cfg = deep_merge(cfg, part)
         sources.append(str(p))
     if overrides:
-        cfg = deep_merge(cfg, overrides)
+        over = copy.deepcopy(dict(overrides))  # dotted keys (methods.dpr.epochs) go to their nested place
+        expand_dotted(over, source="overrides")
+        cfg = deep_merge(cfg, over)
         sources.append("overrides")
     validate(cfg, "config", source=" + ".join(sources))
     check_references(cfg)
@@ -180,12 +352,28 @@ def dump(cfg: Mapping[str, Any], path: Path) -> None:
     atomic_write_text(Path(path), yaml.safe_dump(dict(cfg), sort_keys=False))
 
 
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings -> {dotted key: value}, values read as YAML (``3``, ``true``, ``[a, b]``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not KEY=VALUE", fix="write e.g. --set methods.dpr.epochs=3")
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            out[key.strip()] = text
+    return out
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness config", description=__doc__)
     add_config_argument(parser)
     parser.add_argument("--write", type=Path, help="write the resolved config here (only if changed)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key, dotted for nested ones (methods.dpr.epochs=3); VALUE is read as YAML")
     args = parser.parse_args(argv)
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, parse_overrides(args.set))
     text = yaml.safe_dump(cfg, sort_keys=False)
     if args.write:
         if not args.write.exists() or args.write.read_text() != text:

@@ -2,13 +2,61 @@
 ``metric:<name>``, the metrics JSONs)."""
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
 from harness.io import read_json
-from harness.tables.matrix import eval_path, metrics_path, system_runs
+from harness.tables.matrix import locate
+
+METRIC_NAME = re.compile(r"[A-Za-z0-9_]+")
+MEASURE_FORMS = "an ir_measures string (e.g. nDCG@10, Success@20, R@100, RR@10) or metric:<name>"
+
+
+def _closest_measure(name: str) -> str | None:
+    """The ir_measures string nearest to ``name``: its measure name corrected, its parameters kept."""
+    import ir_measures
+
+    head = name.split("@", 1)[0].split("(", 1)[0]
+    known = sorted(ir_measures.measures.registry)
+    by_lower = {k.lower(): k for k in known}
+    close = [by_lower[head.lower()]] if head.lower() in by_lower else difflib.get_close_matches(head, known, n=1)
+    if not close:
+        return None
+    guess = close[0] + name[len(head):]
+    try:
+        return str(ir_measures.parse_measure(guess))
+    except Exception:  # ir_measures raises NameError/ValueError/SyntaxError
+        return close[0]
+
+
+def check_measure(name: str, where: str) -> None:
+    """Refuse an unknown measure name, so that a typo in configs/expected or configs/claims.yaml
+    fails at load time as "unknown measure" (with the closest known name) rather than reading as
+    a missing measured value later. ``where`` names the file and the entry."""
+    if name.startswith("metric:"):
+        if METRIC_NAME.fullmatch(name.removeprefix("metric:")):
+            return
+        raise ConfigError(f"{where}: unknown measure {name!r}: a metric:<name> has letters, digits and '_' only",
+                          fix=f"write the measure as {MEASURE_FORMS}")
+    import ir_measures
+
+    try:
+        canonical = str(ir_measures.parse_measure(name))
+    except Exception:  # ir_measures raises NameError/ValueError/SyntaxError
+        canonical = None
+    if canonical == name:
+        return
+    if canonical is not None:  # an alias (MRR@10, NDCG@10): the eval files key measures by the printed form
+        raise ConfigError(f"{where}: measure {name!r} is written {canonical!r} by ir_measures, and the evaluation "
+                          f"files name it so", fix=f"write {canonical!r}")
+    close = _closest_measure(name)
+    raise ConfigError(f"{where}: unknown measure {name!r}" + (f" (did you mean {close!r}?)" if close else ""),
+                      fix=f"write the measure as {MEASURE_FORMS}")
 
 
 def parse_key(key: str) -> tuple[str, str, str]:
@@ -18,31 +66,61 @@ def parse_key(key: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def source(cfg: Mapping[str, Any], key: str) -> Path:
-    """The eval file of the key's system, or its metrics file for a ``metric:<name>`` measure."""
+@dataclass
+class Found:
+    """A measured value (eval measures as stored, fractions; ``metric:`` figures in their dimension's
+    base unit: seconds, bytes), where it came from, and how it was obtained."""
+
+    value: float | None
+    unit: str = ""                 # base unit of a metric figure (s, B, ratio, count)
+    raw: dict[str, Any] | None = None   # the metrics entry as written (value, unit, device, kind, ...)
+    path: Path | None = None
+    reason: str | None = None      # why there is no value (not measured, or the file's not_run note)
+
+
+def outputs(cfg: Mapping[str, Any], key: str) -> list[Path]:
+    """The rule outputs (folders) a key's value lives in ([] when the profile does not measure it)."""
     dataset, system, measure = parse_key(key)
-    if measure.startswith("metric:"):
-        return metrics_path(cfg, system, dataset)
-    return eval_path(cfg, system, dataset)
+    return locate(cfg, system, dataset, measure)[1]
+
+
+def find(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> Found:
+    """The one lookup of a measured value, used by tables, claims and the regression check."""
+    from harness.units import UNITS
+
+    files, _, why = locate(cfg, system, dataset, measure)
+    if why:
+        return Found(None, reason=why)
+    not_run = None
+    for path in files:
+        if not path.exists():
+            continue
+        doc = read_json(path)
+        if not measure.startswith("metric:"):
+            v = doc.get("measures", {}).get(measure)
+            return Found(v, path=path, reason=None if v is not None else f"{path} has no measure {measure}")
+        name = measure.removeprefix("metric:")
+        entry = doc.get("values", {}).get(name)
+        if entry is not None:
+            dim, factor = UNITS[entry["unit"]]
+            return Found(float(entry["value"]) * factor, _BASE_UNIT.get(dim, ""), entry, path)
+        not_run = not_run or doc.get("not_run", {}).get(name)
+    missing = [str(f) for f in files if not f.exists()]
+    return Found(None, path=files[0] if files else None,
+                 reason=not_run or (f"not measured ({', '.join(missing)} missing)" if missing
+                                    else f"{', '.join(map(str, files))} has no {measure}"))
+
+
+_BASE_UNIT = {"time": "s", "bytes": "B"}
 
 
 def lookup(cfg: Mapping[str, Any], key: str) -> float | None:
-    """A measured value; ``metric:<name>`` values in their dimension's base unit (bytes, seconds)."""
+    """A measured value by key; ``metric:<name>`` values in their dimension's base unit (bytes, seconds)."""
     dataset, system, measure = parse_key(key)
-    path = source(cfg, key)
-    if not path.exists():
-        return None
-    if measure.startswith("metric:"):
-        from harness.units import UNITS
-
-        entry = read_json(path).get("values", {}).get(measure.removeprefix("metric:"))
-        return None if entry is None else float(entry["value"]) * UNITS[entry["unit"]][1]
-    return read_json(path)["measures"].get(measure)
+    return find(cfg, system, dataset, measure).value
 
 
 def available(cfg: Mapping[str, Any], key: str) -> str | None:
     """None if the profile measures ``key``, else why not."""
-    dataset, system, _ = parse_key(key)
-    if dataset not in cfg["datasets"]:
-        return f"dataset {dataset!r} is not in profile {cfg['profile']}"
-    return system_runs(cfg, system, dataset)
+    dataset, system, measure = parse_key(key)
+    return locate(cfg, system, dataset, measure)[2]

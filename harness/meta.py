@@ -42,6 +42,77 @@ def versions() -> dict[str, str]:
 
 
 @lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform knows, else the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _machine() -> str:
+    """Host name and CPU model: how a note names the machine a measurement ran (or did not run) on."""
+    return f"{platform.node() or 'unknown host'} ({cpu_model()}, {os.cpu_count()} cores)"
+
+
+def _device_kind(device: str) -> str:
+    kind = str(device).split(":", 1)[0]
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r} (known: cpu, cuda, cuda:<n>)")
+    return kind
+
+
+def _cuda_index(device: str) -> int | None:
+    _, _, idx = str(device).partition(":")
+    if not idx:
+        return None
+    if not idx.isdigit():
+        raise ValueError(f"bad device {device!r}: expected cuda or cuda:<n>")
+    return int(idx)
+
+
+def resolve_device(requested: str) -> tuple[str, str | None]:
+    """The device a measurement will really run on, and why it differs from ``requested`` (None when
+    it does not). ``cuda`` is used only when torch sees that GPU; otherwise ``("cpu", reason)``, the
+    reason naming this machine, for the 'not run' note of GPU cells. Imports torch only for cuda."""
+    if _device_kind(requested) == "cpu":
+        return "cpu", None
+    idx = _cuda_index(requested)
+    try:
+        import torch
+    except ImportError:
+        return "cpu", f"requested {requested} but torch is not installed on {_machine()}"
+    if not torch.cuda.is_available():
+        return "cpu", f"requested {requested} but torch sees no GPU on {_machine()}"
+    if idx is not None and idx >= torch.cuda.device_count():
+        return "cpu", (f"requested {requested} but torch sees only {torch.cuda.device_count()} GPU(s) "
+                       f"on {_machine()}")
+    return requested, None
+
+
+def device_info(device: str) -> dict[str, Any]:
+    """What a measurement on ``device`` ran on, read from the hardware: the CPU model and core count,
+    or the GPU's name and memory as torch reports them. Raises ValueError for a GPU torch cannot see
+    (call resolve_device first)."""
+    host = platform.node() or None
+    if _device_kind(device) == "cpu":
+        return {"device": "cpu", "name": cpu_model(), "cores": os.cpu_count(), "host": host}
+    import torch
+
+    idx = _cuda_index(device)
+    if not torch.cuda.is_available() or (idx is not None and idx >= torch.cuda.device_count()):
+        raise ValueError(f"device {device!r}: torch sees no such GPU on {_machine()} (resolve_device first)")
+    idx = torch.cuda.current_device() if idx is None else idx
+    props = torch.cuda.get_device_properties(idx)
+    return {"device": device, "name": torch.cuda.get_device_name(idx), "index": idx,
+            "memory_gb": round(props.total_memory / 2**30, 1), "gpus": torch.cuda.device_count(),
+            "cuda": torch.version.cuda, "host": host}
+
+
+@lru_cache(maxsize=1)
 def hardware() -> dict[str, Any]:
     info: dict[str, Any] = {"machine": platform.machine(), "cpus": os.cpu_count(), "system": platform.system()}
     try:

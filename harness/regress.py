@@ -16,7 +16,7 @@ import yaml
 from harness.config import REPO, add_config_argument, load_config, read_yaml, validate
 from harness.errors import ConfigError
 from harness.io import atomic_write_text, write_json
-from harness.measured import lookup, source
+from harness.measured import available, check_measure, lookup, outputs, parse_key
 
 EXPECTED_DIR = REPO / "configs" / "expected"
 
@@ -25,13 +25,16 @@ def expected_path(profile: str) -> Path:
     return EXPECTED_DIR / f"{profile}.yaml"
 
 
-def load_expected(profile: str) -> dict[str, Any]:
-    path = expected_path(profile)
+def load_expected(profile: str, path: Path | None = None) -> dict[str, Any]:
+    """configs/expected/<profile>.yaml (or ``path``), validated; a misspelled measure fails here."""
+    path = expected_path(profile) if path is None else Path(path)
     if not path.exists():
         raise ConfigError(f"no expected values for profile {profile!r}: {path} is missing",
                           fix=f"run the profile, then `python -m harness regress --record` and review {path}")
     doc = read_yaml(path)
     validate(doc, "expected", source=str(path))
+    for i, e in enumerate(doc["values"]):
+        check_measure(parse_key(e["key"])[2], f"{path}: values[{i}] (key {e['key']})")
     return doc
 
 
@@ -44,7 +47,7 @@ def check(cfg: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
         rows.append({"key": e["key"], "expected": e["value"], "tol": e["tol"], "measured": got, "ok": ok})
         if not ok:
             breaches.append(f"{e['key']}: measured {'missing' if got is None else f'{got:.4f}'}, "
-                            f"expected {e['value']:.4f} ± {e['tol']} ({source(cfg, e['key'])})")
+                            f"expected {e['value']:.4f} ± {e['tol']} ({available(cfg, e['key']) or ', '.join(map(str, outputs(cfg, e['key'])))})")
     return rows, breaches
 
 
@@ -54,16 +57,22 @@ def required_inputs(cfg: dict[str, Any]) -> list[str]:
     if not expected_path(cfg["profile"]).exists():
         return []
     doc = load_expected(cfg["profile"])
-    return sorted({str(source(cfg, e["key"])) for e in doc["values"]})
+    return sorted({str(o) for e in doc["values"] for o in outputs(cfg, e["key"])})
 
 
 def record(cfg: dict[str, Any], keys: list[str], tol: float) -> Path:
+    """Write the measured values of ``keys``; an entry already in the file keeps its tolerance and
+    note (they are judgements, not measurements), a new one gets ``tol``."""
+    old = {e["key"]: e for e in load_expected(cfg["profile"])["values"]} if expected_path(cfg["profile"]).exists() else {}
     values = []
     for key in keys:
         got = lookup(cfg, key)
         if got is None:
-            raise ConfigError(f"cannot record {key}: not measured yet ({source(cfg, key)})")
-        values.append({"key": key, "value": round(got, 4), "tol": tol})
+            raise ConfigError(f"cannot record {key}: not measured yet ({available(cfg, key) or 'run the profile first'})")
+        entry = {"key": key, "value": round(got, 4), "tol": old.get(key, {}).get("tol", tol)}
+        if old.get(key, {}).get("note"):
+            entry["note"] = old[key]["note"]
+        values.append(entry)
     path = expected_path(cfg["profile"])
     header = (f"# Expected measured values of profile {cfg['profile']}, recorded from a real run with\n"
               f"# `python -m harness regress --record`; tol is absolute (measures are fractions in [0, 1]).\n")

@@ -11,8 +11,7 @@ from harness.io import atomic_path
 def write_run(path: Path, results: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> None:
     with atomic_path(Path(path)) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for qid, hits in results.items():
-            for rank, (doc_id, score) in enumerate(hits, 1):
-                fh.write(f"{qid} Q0 {doc_id} {rank} {score:.6f} {tag}\n")
+            fh.writelines(f"{qid} Q0 {doc_id} {rank} {score:.6f} {tag}\n" for rank, (doc_id, score) in enumerate(hits, 1))
 
 
 def read_run(path: Path) -> dict[str, list[tuple[str, float]]]:

@@ -4,10 +4,17 @@
 times index construction and search with a protocol and writes raw samples, the summary,
 the protocol itself and the hardware to JSON. What is inside the timer is part of the
 protocol, and is printed in every table that uses the numbers.
+
+Any method can be timed without the runner knowing it: `run_protocol` takes an ``encode`` and a
+``search`` callable and applies every field of a `Protocol` (batching, warm-up batches, repeats,
+trimming, dtype and device, max length, what the timer covers, device synchronisation);
+`time_build` does the same for index construction. The device of a measurement is the one torch
+really sees (`harness.meta.resolve_device`), never the configured string.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import shutil
 import statistics
 import tempfile
@@ -20,44 +27,96 @@ from typing import Any
 from harness.config import add_config_argument, load_config
 from harness.datasets import store
 from harness.io import write_json
-from harness.meta import git_commit, hardware, versions
+from harness.meta import device_info, git_commit, hardware, resolve_device, versions
 from harness.methods import method_module
 from harness.methods.base import Context
 from harness.registry import Registry
 
+# What the timer can cover during search, in the order a pass runs them:
+#   "encode"        E(q): query encoding alone (its own samples);
+#   "search"        f(q, D): search alone; when "encode" is not timed, encoding runs before the timer;
+#   "encode+search" encoding and search inside one timed interval (one sample per call).
+STAGES = ("encode", "search", "encode+search")
+INDEX = "index"                                         # the stage `time_build` times
+TRIMS = ("minmax", "none")
+DEVICES = ("cpu", "cuda")
+DTYPES = ("float16", "bfloat16", "float32", "float64")  # torch dtype names
+
 
 @dataclass(frozen=True)
 class Protocol:
+    """A paper's timing protocol. ``timed`` decides what the search timer covers (see STAGES);
+    ``inside_timer`` says it in words for every timed stage (and "index" for builds), for captions."""
+
     name: str
     source: str
-    repeats: int
+    repeats: int                # timed calls per recorded batch (or build runs)
     trim: str                   # "minmax": drop the largest and smallest sample; "none"
-    warmup: int                 # leading samples (batches or runs) excluded
-    batch_size: int             # queries per search batch
-    max_length: int | None      # encoder max length
-    dtype: str
+    warmup: int                 # leading search batches run once each and not recorded
+    batch_size: int             # queries per search call
+    max_length: int | None      # encoder max length, handed to the callables
+    dtype: dict[str, str]       # device kind ("cpu", "cuda") -> torch dtype name the callables cast to
     inside_timer: dict[str, str] = field(default_factory=dict)
+    timed: tuple[str, ...] = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        where = f"timing protocol {self.name!r}"
+        if self.repeats < 1 or self.warmup < 0 or self.batch_size < 1:
+            raise ValueError(f"{where}: repeats and batch_size must be >= 1 and warmup >= 0")
+        if self.trim not in TRIMS:
+            raise ValueError(f"{where}: trim {self.trim!r} is not one of {', '.join(TRIMS)}")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"{where}: max_length must be >= 1 or None")
+        if set(self.dtype) != set(DEVICES) or not set(self.dtype.values()) <= set(DTYPES):
+            raise ValueError(f"{where}: dtype must map each of {', '.join(DEVICES)} "
+                             f"to one of {', '.join(DTYPES)}")
+        if not self.timed or len(set(self.timed)) != len(self.timed) or not set(self.timed) <= set(STAGES):
+            raise ValueError(f"{where}: timed must name distinct stages among {', '.join(STAGES)}")
+        missing = [s for s in self.timed if not self.inside_timer.get(s)]
+        unknown = set(self.inside_timer) - set(self.timed) - {INDEX}
+        if missing or unknown:
+            raise ValueError(f"{where}: inside_timer must describe exactly the timed stages (and {INDEX!r}); "
+                             f"missing {missing}, not timed {sorted(unknown)}")
+
+    def dtype_for(self, device: str) -> str:
+        """The torch dtype name the protocol uses on ``device`` ("cuda:1" counts as "cuda")."""
+        kind = str(device).split(":", 1)[0]
+        if kind not in self.dtype:
+            raise ValueError(f"timing protocol {self.name!r}: no dtype for device {device!r}")
+        return self.dtype[kind]
+
+    @property
+    def dtype_text(self) -> str:
+        """The dtype rule in words, e.g. "float16 on cuda, float32 on cpu"."""
+        return ", ".join(f"{self.dtype[d]} on {d}" for d in ("cuda", "cpu"))
 
 
 PROTOCOLS: Registry[Protocol] = Registry("timing protocol")
 PROTOCOLS.add("svdr-appendix-b", Protocol(
     name="svdr-appendix-b", source="SVDR, Appendix B",
     repeats=10, trim="minmax", warmup=0, batch_size=32, max_length=256,
-    dtype="fp16 on GPU, fp32 on CPU",
+    dtype={"cuda": "float16", "cpu": "float32"},
     inside_timer={
-        "index": "encoding/tokenisation of the whole corpus and index construction; I/O and dtype conversion excluded",
+        "index": "encoding/tokenisation of the whole corpus and index construction; "
+                 "I/O and dtype conversion excluded",
         "encode": "E(q): encoding one batch of 32 queries",
         "search": "f(q, D): similarity of one batch of 32 queries with the whole index plus the top-k sort",
-    }))
+    },
+    timed=("encode", "search")))
 PROTOCOLS.add("bpr-query-time", Protocol(
     name="bpr-query-time", source="BPR, Sec. 4 (query time) and the authors' code",
-    repeats=3, trim="none", warmup=0, batch_size=1, max_length=256, dtype="fp32",
+    repeats=3, trim="none", warmup=0, batch_size=1, max_length=256,
+    dtype={"cuda": "float32", "cpu": "float32"},
     inside_timer={"search": "search only, query encoding excluded; reported per question",
-                  "index": "index construction from precomputed embeddings"}))
+                  "index": "index construction from precomputed embeddings"},
+    timed=("search",)))
 PROTOCOLS.add("densephrases-qps", Protocol(
     name="densephrases-qps", source="DensePhrases, Sec. 6 (#Q/sec) and the authors' code",
-    repeats=1, trim="none", warmup=5, batch_size=64, max_length=None, dtype="fp32",
-    inside_timer={"search": "query encoding + search for batches of 64; first 5 batches excluded; no HTTP"}))
+    repeats=1, trim="none", warmup=5, batch_size=64, max_length=None,
+    dtype={"cuda": "float32", "cpu": "float32"},
+    inside_timer={"encode+search": "query encoding + search for batches of 64; first 5 batches excluded; "
+                                   "no HTTP"},
+    timed=("encode+search",)))
 
 
 def summarize(samples: Sequence[float], trim: str) -> dict[str, float]:
@@ -80,48 +139,295 @@ def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[flo
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# the generic runner
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Options:
+    """What the protocol asks of the timed callables: run on ``device``, cast the model and inputs to
+    ``dtype`` (a torch dtype name), truncate inputs at ``max_length``; ``batch_size`` for builds."""
+
+    device: str
+    dtype: str
+    max_length: int | None
+    batch_size: int
+
+    def torch_dtype(self) -> Any:
+        """``dtype`` as a torch.dtype (imports torch)."""
+        import torch
+
+        return getattr(torch, self.dtype)
+
+
+@dataclass
+class TimingResult:
+    """One measurement: raw samples in seconds per stage, their trimmed summary, the protocol as data,
+    the device actually used (and the hardware behind it), and every deviation from the protocol."""
+
+    protocol: dict[str, Any]
+    device: str                         # device the callables ran on (from the hardware)
+    device_requested: str
+    device_note: str | None             # why ``device`` differs from the request (None when it does not)
+    hardware: dict[str, Any]            # harness.meta.device_info(device)
+    options: dict[str, Any]             # the Options handed to the callables
+    timed: tuple[str, ...]              # stages with samples ("index" for builds)
+    repeats: int
+    warmup: int                         # warm-up batches (builds: runs) run and not recorded
+    batch_sizes: list[int]              # sizes of the recorded batches (empty for builds)
+    samples: dict[str, list[float]]     # stage -> seconds, batch after batch, ``repeats`` per batch
+    summary: dict[str, dict[str, float]]  # stage -> summarize(samples, protocol trim), seconds
+    deviations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def deviation(self) -> str | None:
+        """The deviations in one line, None when the protocol was followed."""
+        return "; ".join(self.deviations) or None
+
+    @property
+    def queries(self) -> int:
+        """Queries in the recorded batches."""
+        return sum(self.batch_sizes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["timed"] = list(self.timed)
+        d["deviation"] = self.deviation
+        d["queries"] = self.queries
+        return d
+
+
+Sync = Callable[[], None]
+
+
+def _device_setup(protocol: Protocol, device: str, repeats: int | None, sync: Sync | None,
+                  batch_size: int) -> tuple[str, str | None, Options, int, list[str], Sync | None]:
+    """Resolves the device from the hardware, the options, the repeats and the sync hook."""
+    used, why = resolve_device(device)
+    opts = Options(device=used, dtype=protocol.dtype_for(used), max_length=protocol.max_length,
+                   batch_size=batch_size)
+    n = protocol.repeats if repeats is None else repeats
+    if n < 1:
+        raise ValueError(f"repeats must be >= 1, got {n}")
+    deviations = [] if n == protocol.repeats else [f"{n} repeats instead of {protocol.repeats}"]
+    if used.split(":", 1)[0] != "cuda":
+        return used, why, opts, n, deviations, None
+    if sync is None:
+        def sync() -> None:
+            import torch
+
+            torch.cuda.synchronize(used)
+    return used, why, opts, n, deviations, sync
+
+
+def _stopwatch(clock: Callable[[], float],
+               sync: Sync | None) -> Callable[[Callable[[], Any]], tuple[Any, float]]:
+    """A timer for one call: the device is synchronised before the clock stops (asynchronous GPU work)."""
+
+    def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+        t0 = clock()
+        out = fn()
+        if sync is not None:
+            sync()
+        return out, clock() - t0
+
+    return timed
+
+
+def _summaries(samples: dict[str, list[float]], trim: str,
+               deviations: list[str]) -> dict[str, dict[str, float]]:
+    out = {}
+    for stage, xs in samples.items():
+        if trim == "minmax" and len(xs) <= 2:
+            deviations.append(f"{stage}: only {len(xs)} samples, max and min not dropped")
+        out[stage] = summarize(xs, trim)
+    return out
+
+
+def run_protocol(protocol: Protocol, queries: Sequence[str], *, encode: Callable[[list[str], Options], Any],
+                 search: Callable[[Any, int, Options], Any], k: int, device: str, repeats: int | None = None,
+                 clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] | None = None,
+                 max_queries: int | None = None) -> TimingResult:
+    """Times ``encode`` (query texts -> whatever ``search`` takes) and ``search`` (encoded, k -> hits)
+    the protocol's way. Queries go in batches of ``batch_size`` (full batches only, or the single
+    partial one when none is full); the first ``warmup`` batches run once and are not recorded; every
+    recorded batch is timed ``repeats`` times (the protocol's unless given, a deviation); the timer
+    covers the protocol's ``timed`` stages; on cuda ``sync`` (default torch.cuda.synchronize) runs
+    before each stop. ``device`` is the requested one: it is resolved against the hardware and the
+    callables get the device actually used, the protocol's dtype for it and max_length (Options)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if max_queries is not None and max_queries < 1:
+        raise ValueError(f"max_queries must be >= 1 or None, got {max_queries}")
+    texts = list(queries)
+    notes: list[str] = []
+    if max_queries is not None and max_queries < len(texts):
+        notes.append(f"first {max_queries} of {len(texts)} queries")
+        texts = texts[:max_queries]
+    if not texts:
+        raise ValueError("no queries to time")
+    bs = protocol.batch_size
+    used, why, opts, n, deviations, stop_sync = _device_setup(protocol, device, repeats, sync, bs)
+    batches = [texts[i:i + bs] for i in range(0, len(texts), bs)]
+    full = [b for b in batches if len(b) == bs]
+    if not full:
+        full = batches[:1]
+        deviations.append(f"one batch of {len(full[0])} queries instead of {bs}")
+    elif len(full) < len(batches):
+        notes.append(f"last partial batch of {len(batches[-1])} queries not timed")
+    warmup = min(protocol.warmup, len(full) - 1)
+    if warmup < protocol.warmup:
+        deviations.append(f"{warmup} warm-up batches instead of {protocol.warmup} "
+                          f"(only {len(full)} batches of {len(full[0])})")
+    stages = [s for s in STAGES if s in protocol.timed]
+    encode_outside = "search" in stages and "encode" not in stages
+    timed = _stopwatch(clock, stop_sync)
+    samples: dict[str, list[float]] = {s: [] for s in stages}
+    for i, batch in enumerate(full):
+        record = i >= warmup
+        outside = None
+        if encode_outside:                      # encoding before the timer starts (BPR: search only)
+            outside = encode(list(batch), opts)
+            if stop_sync is not None:
+                stop_sync()
+        for _ in range(n if record else 1):
+            encoded = outside
+            for stage in stages:
+                if stage == "encode":
+                    encoded, dt = timed(lambda b=batch: encode(list(b), opts))
+                elif stage == "search":
+                    _, dt = timed(lambda e=encoded: search(e, k, opts))
+                else:
+                    _, dt = timed(lambda b=batch: search(encode(list(b), opts), k, opts))
+                if record:
+                    samples[stage].append(dt)
+    if used != device:
+        notes.append(why or f"requested {device}, ran on {used}")
+    return TimingResult(
+        protocol=asdict(protocol), device=used, device_requested=device, device_note=why,
+        hardware=device_info(used), options=asdict(opts), timed=tuple(stages), repeats=n, warmup=warmup,
+        batch_sizes=[len(b) for b in full[warmup:]], samples=samples,
+        summary=_summaries(samples, protocol.trim, deviations), deviations=deviations, notes=notes)
+
+
+def time_build(protocol: Protocol, build: Callable[[Options], Any], *, device: str,
+               repeats: int | None = None, warmup: int = 0, clock: Callable[[], float] = time.perf_counter,
+               sync: Callable[[], None] | None = None, after: Callable[[Any], None] | None = None,
+               own_seconds: Callable[[Any], float | None] | None = None) -> TimingResult:
+    """Times index construction: ``build(options)`` run ``warmup`` times unrecorded, then ``repeats``
+    times (the protocol's unless given), trimmed the protocol's way, on the device the hardware
+    allows. ``after(result)`` runs outside the timer (removing a temporary folder); ``own_seconds``
+    reads a build's own inside-the-timer seconds from its result (a method that can exclude model
+    loading and I/O) and replaces the wall time when it gives a number."""
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    used, why, opts, n, deviations, stop_sync = _device_setup(protocol, device, repeats, sync,
+                                                              protocol.batch_size)
+    notes: list[str] = []
+    if INDEX not in protocol.inside_timer:
+        deviations.append(f"{protocol.name} does not time index construction; "
+                          "timed with its repeats and trim")
+    timed = _stopwatch(clock, stop_sync)
+    samples: list[float] = []
+    own = False
+    for i in range(warmup + n):
+        out, dt = timed(lambda: build(opts))
+        reported = own_seconds(out) if own_seconds is not None else None
+        if reported is not None:
+            dt, own = float(reported), True
+        if after is not None:
+            after(out)
+        if i >= warmup:
+            samples.append(dt)
+    if own:
+        notes.append("index samples: the build's own timer where it reported one "
+                     "(model loading and I/O excluded)")
+    if used != device:
+        notes.append(why or f"requested {device}, ran on {used}")
+    by_stage = {INDEX: samples}
+    return TimingResult(
+        protocol=asdict(protocol), device=used, device_requested=device, device_note=why,
+        hardware=device_info(used), options=asdict(opts), timed=(INDEX,), repeats=n, warmup=warmup,
+        batch_sizes=[], samples=by_stage, summary=_summaries(by_stage, protocol.trim, deviations),
+        deviations=deviations, notes=notes)
+
+
+# --------------------------------------------------------------------------------------------
+# the command line (index build and search of one method on one dataset)
+# --------------------------------------------------------------------------------------------
+_KEYS = {"encode": "encode", "search": "search", "encode+search": "encode_search"}
+
+
+def _takes_options(fn: Callable[..., Any]) -> bool:
+    """Whether a Searcher method accepts ``options`` (then it is told the device and dtype)."""
+    try:
+        return "options" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def run(ctx: Context, index_dir: Path, model_dir: Path | None, protocol: Protocol, repeats: int,
         max_queries: int | None) -> dict[str, Any]:
+    """Index build and search of ``ctx.method`` timed with ``protocol`` (run_protocol, time_build);
+    the JSON layout of the timing rule. The generic Searcher is told the device and dtype only when
+    its encode/search take ``options``; otherwise it runs where it loaded (the CPU) and that is noted."""
     module = method_module(ctx.method)
-    # index construction, repeated into fresh temporary folders; the method reports the time
-    # inside its own timer when it can exclude model loading and I/O ("build_seconds").
-    index_samples = []
-    for _ in range(repeats):
+    requested = ctx.cfg["timing"]["device"]
+
+    build_hooks = _takes_options(module.build_index)
+
+    def build(opts: Options) -> tuple[Path, dict[str, Any]]:
         tmp = Path(tempfile.mkdtemp(prefix="timing-index-"))
+        args = (ctx, tmp) if model_dir is None else (ctx, tmp, model_dir)
         try:
-            t0 = time.perf_counter()
-            info = module.build_index(ctx, tmp) if model_dir is None else module.build_index(ctx, tmp, model_dir)
-            index_samples.append(info.get("build_seconds", time.perf_counter() - t0))
-        finally:
+            info = module.build_index(*args, options=opts) if build_hooks else module.build_index(*args)
+        except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return tmp, info
+
+    index = time_build(protocol, build, device=requested if build_hooks else "cpu", repeats=repeats,
+                       after=lambda out: shutil.rmtree(out[0], ignore_errors=True),
+                       own_seconds=lambda out: (out[1] or {}).get("build_seconds"))
     queries = store.read_queries(ctx.data_dir(), "test")
-    if max_queries:
-        queries = queries[:max_queries]
     searcher = module.Searcher(ctx, index_dir, model_dir)
-    bs, k = protocol.batch_size, ctx.cfg["evaluate"]["depth"]
-    batches = [[q.text for q in queries[i:i + bs]] for i in range(0, len(queries), bs)]
-    full = [b for b in batches if len(b) == bs] or batches[:1]
-    encoded = [searcher.encode(b) for b in full]
-    enc_samples: list[float] = []
-    search_samples: list[float] = []
-    for b, e in zip(full, encoded):
-        enc_samples += time_calls(lambda b=b: searcher.encode(b), repeats)
-        search_samples += time_calls(lambda e=e: searcher.search(e, k), repeats)
+    hooks = _takes_options(searcher.encode) and _takes_options(searcher.search)
+    device = requested if hooks else "cpu"
+    res = run_protocol(
+        protocol, [q.text for q in queries],
+        encode=(lambda b, o: searcher.encode(b, options=o)) if hooks else (lambda b, o: searcher.encode(b)),
+        search=((lambda e, k, o: searcher.search(e, k, options=o)) if hooks
+                else (lambda e, k, o: searcher.search(e, k))),
+        k=ctx.cfg["evaluate"]["depth"], device=device, repeats=repeats, max_queries=max_queries)
+    notes = res.notes + [f"index: {x}" for x in index.notes]
+    if not hooks and requested != "cpu":
+        notes.append(f"{ctx.method}'s Searcher takes no timing options: ran on the CPU, timing.device "
+                     f"{requested} not applied")
+    if not build_hooks and requested != "cpu":
+        notes.append(f"{ctx.method}'s build_index takes no timing options: index built on the CPU")
+
+    def ms(summary: dict[str, float]) -> dict[str, float]:
+        return {k_: v * 1000 if k_ != "n" else v for k_, v in summary.items()}
+
     return {
-        "protocol": asdict(protocol),
-        "repeats": repeats,
+        "protocol": res.protocol,
+        "repeats": res.repeats,
         "method": ctx.method,
         "dataset": ctx.dataset,
-        "device": ctx.cfg["timing"]["device"],
-        "queries": sum(len(b) for b in full),
-        "batches": len(full),
-        "samples": {"index_seconds": index_samples, "encode_seconds_per_batch": enc_samples,
-                    "search_seconds_per_batch": search_samples},
-        "summary": {
-            "index_seconds": summarize(index_samples, protocol.trim),
-            "encode_ms_per_batch": {k_: v * 1000 if k_ != "n" else v for k_, v in summarize(enc_samples, protocol.trim).items()},
-            "search_ms_per_batch": {k_: v * 1000 if k_ != "n" else v for k_, v in summarize(search_samples, protocol.trim).items()},
-        },
+        "device": res.device,
+        "device_requested": requested,
+        "device_info": res.hardware,
+        "options": res.options,
+        "timed": list(res.timed),
+        "warmup_batches": res.warmup,
+        "queries": res.queries,
+        "batches": len(res.batch_sizes),
+        "samples": {"index_seconds": index.samples[INDEX],
+                    **{f"{_KEYS[s]}_seconds_per_batch": v for s, v in res.samples.items()}},
+        "summary": {"index_seconds": index.summary[INDEX],
+                    **{f"{_KEYS[s]}_ms_per_batch": ms(v) for s, v in res.summary.items()}},
+        "deviation": "; ".join(dict.fromkeys(res.deviations + index.deviations)) or None,
+        "notes": notes,
         "hardware": hardware(), "versions": versions(), "git_commit": git_commit(),
     }
 
@@ -141,9 +447,10 @@ def main(argv: list[str]) -> int:
     protocol = PROTOCOLS.get(tcfg.get("protocol") or "svdr-appendix-b")
     repeats = tcfg.get("repeats") or protocol.repeats
     res = run(ctx, args.index, args.model, protocol, repeats, tcfg.get("search_queries"))
-    res["deviation"] = None if repeats == protocol.repeats else f"{repeats} repeats instead of {protocol.repeats}"
     write_json(args.out, res)
     s = res["summary"]
-    print(f"timing {args.method}/{args.dataset}: index {s['index_seconds']['mean']:.2f}s, "
-          f"encode {s['encode_ms_per_batch']['mean']:.1f} ms/batch, search {s['search_ms_per_batch']['mean']:.1f} ms/batch")
+    stages = ", ".join(f"{key.removesuffix('_ms_per_batch')} {v['mean']:.1f} ms/batch"
+                       for key, v in s.items() if key.endswith("_ms_per_batch"))
+    print(f"timing {args.method}/{args.dataset} on {res['device']}: "
+          f"index {s['index_seconds']['mean']:.2f}s, {stages}")
     return 0

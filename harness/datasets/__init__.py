@@ -47,3 +47,30 @@ def prepare(key: str, dcfg: Mapping[str, Any], cfg: Mapping[str, Any], out: Path
     """Prepare dataset ``key`` into folder ``out`` with its family's module; returns meta."""
     module = importlib.import_module(FAMILIES.get(dcfg["family"]))
     return module.prepare(key, dcfg, cfg, out)
+
+
+def input_files(cfg: Mapping[str, Any], key: str) -> list[str]:
+    """Local files that preparing dataset ``key`` reads, for Snakemake to track as inputs of its data rule.
+
+    A family module lists them with a hook ``input_files(key, dcfg, cfg)`` (the smoke fixture);
+    families without one read only downloads, which are checksummed instead, and give [].
+    Paths inside the repository are relative to its root (the workflow's working directory).
+    """
+    import difflib
+
+    from harness.errors import ConfigError
+
+    if key not in cfg["datasets"]:
+        close = difflib.get_close_matches(key, list(cfg["datasets"]), n=1)
+        raise ConfigError(f"unknown dataset {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                          + f"; config key datasets defines: {', '.join(cfg['datasets'])}")
+    dcfg = cfg["datasets"][key]
+    hook = getattr(importlib.import_module(FAMILIES.get(dcfg["family"])), "input_files", None)
+    if hook is None:
+        return []
+    repo = Path(__file__).resolve().parents[2]
+    out = []
+    for p in hook(key, dcfg, cfg):
+        p = Path(p).resolve()
+        out.append(str(p.relative_to(repo)) if p.is_relative_to(repo) else str(p))
+    return out

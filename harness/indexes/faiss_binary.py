@@ -270,3 +270,95 @@ def rerank_candidates(
         out_s[s : s + query_batch] = np.take_along_axis(top_s, order, axis=1)
         out_i[s : s + query_batch] = np.take_along_axis(np.take_along_axis(c, top, axis=1), order, axis=1)
     return out_s, out_i
+
+
+# --------------------------------------------------------------------------------------------
+# the uniform backend interface (harness.indexes)
+# --------------------------------------------------------------------------------------------
+FORMS = "BFlat, BHash<b> or BHash<nhash>x<b> (faiss binary factory strings; e.g. faiss-binary:BFlat)"
+
+
+def binary_nbytes(index: faiss.IndexBinary) -> int:
+    """Bytes a binary index holds in memory: the codes (BFlat), codes + 8-byte ids in the buckets
+    (BHash), the stored codes + one 8-byte id per table and code (multi-hash); container overhead
+    is not counted."""
+    n, cs = int(index.ntotal), int(index.code_size)
+    if isinstance(index, faiss.IndexBinaryFlat):
+        return int(index.xb.size())
+    if isinstance(index, faiss.IndexBinaryHash):
+        return n * (cs + 8)
+    if isinstance(index, faiss.IndexBinaryMultiHash):
+        return n * cs + int(index.nhash) * n * 8
+    return int(faiss.serialize_index_binary(index).nbytes)
+
+
+class BinaryFaissAdapter:
+    """A :class:`BinaryFaissIndex` behind the uniform interface: ``search`` returns *negative* Hamming
+    distances as float32 (higher is better, as everywhere in :mod:`harness.indexes`), -inf for rows -1."""
+
+    def __init__(self, index: BinaryFaissIndex) -> None:
+        self.index = index
+
+    @property
+    def spec(self) -> str:
+        """``faiss-binary:<factory>`` read back from the faiss object."""
+        return f"faiss-binary:{binary_factory_string(self.index.index)}"
+
+    @property
+    def nbytes(self) -> int:
+        return binary_nbytes(self.index.index)
+
+    @property
+    def ntotal(self) -> int:
+        return self.index.ntotal
+
+    def save(self, folder: Path) -> Path:
+        return self.index.save(folder)
+
+    def search(self, codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (-Hamming distance float32, row ids int64) for packed query codes, nearest first."""
+        D, I = self.index.search(codes, k)
+        scores = -D.astype(np.float32)
+        scores[I < 0] = -np.inf
+        return scores, I
+
+
+class FaissBinaryBackend:
+    """Backend ``faiss-binary``: packed binary codes uint8 [n, d/8], Hamming search."""
+
+    name = "faiss-binary"
+
+    @staticmethod
+    def check_spec(part: str) -> None:
+        """Validate ``faiss-binary:<part>`` without data (built empty on a large enough d, read back)."""
+        from harness.indexes import bad_spec
+
+        spec = f"faiss-binary:{part}"
+        known = [f"faiss-binary:{s}" for s in KNOWN_SPECS]
+        m = _SPEC.match(part)
+        if not m:
+            raise bad_spec(spec, "not a supported binary index spec", known, FORMS)
+        b, nhash, b_multi = m.groups()
+        if b is not None and int(b) < 1:
+            raise bad_spec(spec, "BHash<b> needs b >= 1 hash bits", known, FORMS)
+        if nhash is not None and (int(nhash) < 1 or not 1 <= int(b_multi) <= 64):
+            raise bad_spec(spec, "BHash<nhash>x<b> needs nhash >= 1 and 1 <= b <= 64", known, FORMS)
+        bits = int(b) if b else int(nhash) * int(b_multi) if nhash else 8
+        index = _make(part, max(768, -(-bits // 8) * 8))  # d is only known at build time: any d >= bits
+        back = binary_factory_string(index)
+        if back != part:
+            raise ConfigError(f"index spec {spec!r} reads back as 'faiss-binary:{back}'; "
+                              f"did you mean 'faiss-binary:{back}'?", fix="use the spelling faiss reads back")
+
+    @staticmethod
+    def build(part: str, payload: np.ndarray, *, nflip: int = 0) -> BinaryFaissAdapter:
+        """:meth:`BinaryFaissIndex.build` over packed codes; ``nflip`` for the hash specs."""
+        return BinaryFaissAdapter(BinaryFaissIndex.build(part, payload, nflip=nflip))
+
+    @staticmethod
+    def load(folder: Path, part: str, *, nflip: int | None = None) -> BinaryFaissAdapter:
+        """:meth:`BinaryFaissIndex.load`; ``nflip`` overrides the saved probe radius (hash specs)."""
+        index = BinaryFaissIndex.load(folder, part)
+        if nflip is not None:
+            index.set_nflip(nflip)
+        return BinaryFaissAdapter(index)

@@ -27,8 +27,10 @@ Where the spec means something faiss's own factory would not build, it is ours, 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -40,8 +42,11 @@ INDEX_FILE = "index.faiss"
 HNSW_EF_CONSTRUCTION = 200
 HNSW_EF_SEARCH = 128
 KNOWN_SPECS = (
-    "Flat", "HNSW512", "HNSW32", "LSH", "LSHr", "LSH768", "LSH768r", "PQ96x8", "PQ96x8np", "IVF1048576,SQ4",
+    "Flat", "HNSW512", "HNSW32", "LSH", "LSHr", "LSH768", "LSH768r", "PQ96x8", "PQ96x8np", "PQ16x8np", "PQ32x4np",
+    "IVF1048576,SQ4",
 )
+FORMS = ("a faiss factory string: Flat, HNSW<M>, LSH[<nbits>][r][t], PQ<M>x<nbits>[np], IVF<nlist>,SQ4, "
+         "... (e.g. faiss:Flat)")
 _HNSW = re.compile(r"^HNSW(\d+)$")
 _LSH = re.compile(r"^LSH(\d*)(r?)(t?)$")
 
@@ -144,6 +149,30 @@ class DenseFaissIndex:
     @property
     def ntotal(self) -> int:
         return int(self.index.ntotal)
+
+    @property
+    def spec(self) -> str:
+        """``faiss:<factory>`` read back from the faiss object (reverse_index_factory, our HNSW/LSH).
+
+        A PQ's polysemous-training flag is not saved by faiss, so ``np`` is taken from the spec the
+        index was built or loaded with when the rest reads back equal."""
+        if self.kind == "hnsw":
+            back = reverse_index_factory(self.index)
+            if self.index.metric_type != faiss.METRIC_L2:
+                back += "(inner-product metric)"  # not our HNSW: makes the read-back differ
+        elif self.kind == "lsh":
+            back = _lsh_spec(self.index, self.factory) if isinstance(self.index, faiss.IndexLSH) else (
+                reverse_index_factory(self.index))
+        else:
+            back = _readback(self.index, self.factory)
+            if _strip_np(back) == _strip_np(self.factory):
+                back = self.factory
+        return f"faiss:{back}"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the index's arrays in memory (codes, graph links, lists), see :func:`faiss_nbytes`."""
+        return faiss_nbytes(self.index)
 
     @property
     def dim(self) -> int:
@@ -257,3 +286,75 @@ def _check_hnsw(index: faiss.IndexHNSWFlat, factory: str, d: int) -> None:
     back = reverse_index_factory(index)
     if back != factory or index.d != d + 1 or index.metric_type != faiss.METRIC_L2:
         raise ConfigError(f"faiss:{factory} built {back!r} with d={index.d}, metric {index.metric_type}")
+
+
+def faiss_nbytes(index: faiss.Index) -> int:
+    """Bytes a float faiss index holds in memory: its codes (flat, PQ, SQ, LSH), HNSW links, IVF
+    lists (codes + 8-byte ids) and the PQ/quantizer tables; other types: the size of faiss's
+    serialised form (the same arrays, written out; a copy is made)."""
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexPreTransform):  # the transforms' matrices are small: not counted
+        return faiss_nbytes(index.index)
+    if isinstance(index, faiss.IndexHNSW):
+        h = index.hnsw
+        return faiss_nbytes(index.storage) + 4 * (h.neighbors.size() + h.levels.size()) + 8 * h.offsets.size()
+    if isinstance(index, faiss.IndexIVF):
+        return int(index.ntotal) * (int(index.code_size) + 8) + faiss_nbytes(index.quantizer)
+    if isinstance(index, faiss.IndexFlatCodes):
+        extra = 4 * index.pq.centroids.size() if isinstance(index, faiss.IndexPQ) else 0
+        return int(index.codes.size()) + extra
+    return int(faiss.serialize_index(index).nbytes)
+
+
+def _probe_dim(factory: str) -> int:
+    """A small dimension every part of ``factory`` accepts (PQ<M>, PCA<n>, ... divide or fit it)."""
+    d = 768
+    for n in re.findall(r"(?:PQ|OPQ|PCA|PCAR|PCAW|PCAWR|RQ|LSQ)(\d+)", factory):
+        d = math.lcm(d, int(n)) if int(n) <= 4096 else d
+    return d
+
+
+class FaissBackend:
+    """Backend ``faiss``: dense float32 vectors [n, d], inner-product search (:class:`DenseFaissIndex`)."""
+
+    name = "faiss"
+
+    @staticmethod
+    def check_spec(part: str) -> None:
+        """Validate ``faiss:<part>`` without data: our HNSW/LSH by their grammar, the rest by building an
+        untrained index with ``faiss.index_factory`` on a small d and reading it back."""
+        from harness.indexes import bad_spec
+
+        spec = f"faiss:{part}"
+        known = [f"faiss:{s}" for s in KNOWN_SPECS]
+        m = _HNSW.match(part)
+        if m:
+            if int(m.group(1)) < 2:
+                raise bad_spec(spec, "HNSW needs M >= 2", known, FORMS)
+            return
+        if part.startswith("LSH"):
+            if not _LSH.match(part):
+                raise bad_spec(spec, "LSH specs read LSH[<nbits>][r][t]", known, FORMS)
+            return
+        try:
+            index = faiss.index_factory(_probe_dim(part), part, faiss.METRIC_INNER_PRODUCT)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise bad_spec(spec, f"not a valid faiss factory string ({msg})", known, FORMS) from None
+        back = _readback(index, part)
+        if back != part:
+            raise ConfigError(f"index spec {spec!r} builds an index that reads back as 'faiss:{back}'; "
+                              f"did you mean 'faiss:{back}'?", fix="use the spelling faiss reads back (one per index)")
+
+    @staticmethod
+    def build(part: str, payload: np.ndarray, **options: Any) -> DenseFaissIndex:
+        """:meth:`DenseFaissIndex.build` (options: ef_construction, ef_search, train_size, seed)."""
+        return DenseFaissIndex.build(part, payload, **options)
+
+    @staticmethod
+    def load(folder: Path, part: str, *, ef_search: int | None = None) -> DenseFaissIndex:
+        """:meth:`DenseFaissIndex.load`; ``ef_search`` overrides the saved HNSW search depth."""
+        index = DenseFaissIndex.load(folder, part)
+        if ef_search is not None:
+            index.ef_search = ef_search
+        return index

@@ -1,13 +1,16 @@
-"""Lucene indexes through pyserini/Anserini (spec ``lucene:bm25``)."""
+"""Lucene indexes through pyserini/Anserini (specs ``lucene:bm25``, ``lucene:impact``)."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness.datasets import Doc
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError
 from harness.indexes import pyserini_env
 
 SPECS = ("bm25",)
@@ -54,3 +57,196 @@ class LuceneBM25:
     def search(self, texts: Sequence[str], qids: Sequence[str], k: int, threads: int = 1) -> dict[str, list[tuple[str, float]]]:
         hits = self.searcher.batch_search(list(texts), list(qids), k=k, threads=threads)
         return {q: [(h.docid, float(h.score)) for h in hits.get(q, [])] for q in qids}
+
+
+# --------------------------------------------------------------------------------------------
+# impact indexes (spec lucene:impact) and the uniform backend interface (harness.indexes)
+# --------------------------------------------------------------------------------------------
+KINDS = ("bm25", "impact")  # the spec parts of backend ``lucene``
+LUCENE_DIR = "lucene"  # the Lucene index inside an index folder (meta.json sits beside it; as methods.bm25)
+_SIMILARITY = {"BM25Similarity": "bm25", "ImpactSimilarity": "impact"}
+_OPTIONS = {"bm25": {"contents", "threads", "k1", "b", "out"}, "impact": {"threads", "out"}}
+
+
+def _int_weights(vector: Mapping[str, Any], what: str) -> dict[str, int]:
+    """{token: positive int} from a {token: weight} map: zero weights dropped; non-integer or
+    negative weights and tokens that are empty or hold whitespace refused (``what`` names the vector)."""
+    if not isinstance(vector, Mapping):
+        raise ConfigError(f"lucene:impact: {what} must be a {{token: int weight}} mapping, got {type(vector).__name__}")
+    out: dict[str, int] = {}
+    for tok, w in vector.items():
+        if not isinstance(tok, str) or not tok or any(c.isspace() for c in tok):
+            raise ConfigError(f"lucene:impact: {what} has the token {tok!r}; tokens are non-empty, without whitespace",
+                              fix="use the tokenizer's token strings (pre-tokenized)")
+        try:
+            ok = float(w).is_integer() and w >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ConfigError(f"lucene:impact: {what} gives token {tok!r} the weight {w!r}; impact weights are "
+                              "non-negative integers", fix="quantise the weights, e.g. round(w * 100)")
+        if int(w):
+            out[tok] = int(w)
+    return out
+
+
+def build_impact(docs: Iterable[tuple[str, Mapping[str, Any]]], out: Path, *, threads: int = 1) -> int:
+    """Index ``(docid, {token: int weight})`` pairs into folder ``out`` (which must not exist yet) the
+    way SPLADE/uniCOIL indexes are built: Anserini's JsonVectorCollection with ``-impact -pretokenized``
+    (each weight is stored as the token's term frequency; ImpactSimilarity scores sum q_w * d_w).
+    Returns the number of documents written (Anserini skips documents with no token)."""
+    n = 0
+    with tempfile.TemporaryDirectory(prefix="jsonvec-") as coll:
+        with open(Path(coll) / "docs.jsonl", "w", encoding="utf-8") as fh:
+            for i, item in enumerate(docs):
+                try:
+                    docid, vector = item
+                except (TypeError, ValueError):
+                    raise ConfigError(f"lucene:impact: document {i} is not a (docid, {{token: weight}}) pair") from None
+                vec = _int_weights(vector, f"document {docid!r}")
+                fh.write(json.dumps({"id": str(docid), "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
+                n += 1
+        pyserini_env.index_collection([
+            "-collection", "JsonVectorCollection", "-input", coll, "-index", str(out),
+            "-generator", "DefaultLuceneDocumentGenerator", "-impact", "-pretokenized",
+            "-threads", str(threads), "-quiet",
+        ])
+    return n
+
+
+def _queries(queries: Any) -> tuple[list[str], list[Any]]:
+    """(qids, queries) from {qid: query} or a sequence (qids "0", "1", ...)."""
+    if isinstance(queries, Mapping):
+        return [str(q) for q in queries], list(queries.values())
+    if isinstance(queries, (str, bytes)) or not isinstance(queries, Sequence):
+        raise ConfigError("lucene: queries must be a {qid: query} mapping or a sequence of queries")
+    return [str(i) for i in range(len(queries))], list(queries)
+
+
+class LuceneIndex:
+    """A Lucene index folder and its searcher (specs ``lucene:bm25``, ``lucene:impact``).
+
+    ``search(queries, k)`` takes ``{qid: query}`` (or a sequence: qids ``"0"``, ``"1"``, ...) — query
+    text for bm25 (Lucene analyses it), ``{token: int weight}`` for impact — and returns hits per
+    query, ``{qid: [(docid, score), ...]}`` best first (Lucene keeps the doc ids; there are no rows).
+    Impact scores are the integer dot products sum q_w * d_w (as float32); among equal scores Anserini
+    orders doc ids ascending (as strings) and lowers each later tied score by 1e-6 per place.
+    ``nbytes`` is the size of the Lucene files: Lucene memory-maps them (JVM heap not counted).
+    """
+
+    def __init__(self, path: Path, kind: str, *, k1: float = 0.9, b: float = 0.4, threads: int = 1,
+                 _tmp: str | None = None) -> None:
+        if kind not in KINDS:
+            raise ConfigError(f"unknown lucene spec {kind!r}; known: {', '.join(KINDS)}")
+        self.path = Path(path)
+        self.kind = kind
+        self.k1, self.b, self.threads = k1, b, threads
+        self._searcher: Any = None
+        if _tmp is not None:  # built into a temporary folder: removed with the object
+            weakref.finalize(self, shutil.rmtree, _tmp, ignore_errors=True)
+
+    @property
+    def searcher(self) -> Any:
+        """LuceneBM25 (bm25) or pyserini's LuceneImpactSearcher (impact), opened on first use."""
+        if self._searcher is None:
+            if self.kind == "bm25":
+                self._searcher = LuceneBM25(self.path, k1=self.k1, b=self.b)
+            else:
+                self._searcher = pyserini_env.lucene_impact_searcher(str(self.path))
+        return self._searcher
+
+    @property
+    def spec(self) -> str:
+        """``lucene:<kind>`` read back from the similarity of the opened Java searcher."""
+        java = self.searcher.searcher.object if self.kind == "bm25" else self.searcher.object
+        name = pyserini_env.similarity_name(java)
+        if name not in _SIMILARITY:
+            raise DataError(f"{self.path}: the Lucene searcher uses {name}, which no lucene spec names")
+        return f"lucene:{_SIMILARITY[name]}"
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.searcher.num_docs)
+
+    def save(self, folder: Path) -> Path:
+        """Copy the Lucene files to ``folder/lucene`` (nothing to do when they are there already)."""
+        target = Path(folder) / LUCENE_DIR
+        if target.exists() and target.resolve() == self.path.resolve():
+            return target
+        if target.exists():
+            raise ConfigError(f"{target} exists already", fix="save into a fresh folder")
+        shutil.copytree(self.path, target, ignore=shutil.ignore_patterns("write.lock"))
+        return target
+
+    def search(self, queries: Any, k: int, *, threads: int | None = None) -> dict[str, list[tuple[str, float]]]:
+        """Top-k hits per query (see the class doc)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"lucene:{self.kind}: k must be a positive integer, got {k!r}")
+        qids, qs = _queries(queries)
+        threads = self.threads if threads is None else threads
+        if self.kind == "bm25":
+            return self.searcher.search([str(q) for q in qs], qids, k, threads=threads)
+        encoded = [_int_weights(q, f"query {qid!r}") for qid, q in zip(qids, qs)]
+        live = [i for i, q in enumerate(encoded) if q]  # an empty query matches nothing: not sent
+        out: dict[str, list[tuple[str, float]]] = {q: [] for q in qids}
+        if live:
+            hits = self.searcher.batch_search([encoded[i] for i in live], [qids[i] for i in live], k=k,
+                                              threads=threads)
+            for i in live:
+                out[qids[i]] = [(h.docid, float(h.score)) for h in hits.get(qids[i], [])]
+        return out
+
+
+class LuceneBackend:
+    """Backend ``lucene``: ``bm25`` over Docs (text), ``impact`` over (docid, {token: int weight}) pairs."""
+
+    name = "lucene"
+
+    @staticmethod
+    def check_spec(part: str) -> None:
+        from harness.indexes import bad_spec
+
+        if part not in KINDS:
+            raise bad_spec(f"lucene:{part}", "not a lucene index kind", [f"lucene:{k}" for k in KINDS],
+                           " or ".join(f"'lucene:{k}'" for k in KINDS))
+
+    @staticmethod
+    def _options(part: str, options: Mapping[str, Any]) -> None:
+        bad = sorted(set(options) - _OPTIONS[part])
+        if bad:
+            raise ConfigError(f"lucene:{part}: unknown option(s) {', '.join(bad)}",
+                              fix=f"use {', '.join(sorted(_OPTIONS[part]))}")
+
+    @staticmethod
+    def build(part: str, payload: Iterable[Any], **options: Any) -> LuceneIndex:
+        """Build into ``out`` (a folder that must not exist), else into a temporary folder that
+        ``save`` copies from. bm25 options: contents (title_text | text), threads, k1, b; impact: threads."""
+        LuceneBackend.check_spec(part)
+        LuceneBackend._options(part, options)
+        threads = int(options.get("threads", 1))
+        tmp = None
+        out = options.get("out")
+        if out is None:
+            tmp = tempfile.mkdtemp(prefix="lucene-")
+            out = Path(tmp) / LUCENE_DIR
+        if part == "bm25":
+            build("bm25", payload, Path(out), contents=options.get("contents", "title_text"), threads=threads)
+            return LuceneIndex(Path(out), part, k1=options.get("k1", 0.9), b=options.get("b", 0.4),
+                               threads=threads, _tmp=tmp)
+        build_impact(payload, Path(out), threads=threads)
+        return LuceneIndex(Path(out), part, threads=threads, _tmp=tmp)
+
+    @staticmethod
+    def load(folder: Path, part: str, **options: Any) -> LuceneIndex:
+        """The Lucene index in ``folder/lucene``; options: k1, b (bm25), threads."""
+        LuceneBackend.check_spec(part)
+        LuceneBackend._options(part, {k: v for k, v in options.items() if k != "out"})
+        path = Path(folder) / LUCENE_DIR
+        if not path.is_dir():
+            raise DataError(f"{path} does not exist", fix="rebuild the index (its folder is incomplete)")
+        return LuceneIndex(path, part, k1=options.get("k1", 0.9), b=options.get("b", 0.4),
+                           threads=int(options.get("threads", 1)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import Any
 
 from harness.errors import DependencyError
 
@@ -61,3 +62,28 @@ def index_collection(args: list[str]) -> None:
     from pyserini.pyclass import autoclass
 
     autoclass("io.anserini.index.IndexCollection").main(args)
+
+
+class _PreEncoded:
+    """A pyserini query 'encoder' that passes a pre-encoded {token: int weight} query through."""
+
+    def encode(self, query: Any) -> Any:
+        return query
+
+
+def lucene_impact_searcher(index_dir: str) -> Any:
+    """pyserini's ``LuceneImpactSearcher`` over an impact index, taking queries as {token: int weight}.
+
+    pyserini 1.6 encodes query *text* with a QueryEncoder; a pass-through encoder makes ``search`` and
+    ``batch_search`` take pre-encoded dicts. ``min_idf=-inf``: pyserini keeps only query tokens with
+    idf > min_idf, and its default 0 would drop tokens that occur in every document (idf = log(N/df) = 0).
+    """
+    setup()
+    from pyserini.search.lucene import LuceneImpactSearcher
+
+    return LuceneImpactSearcher(index_dir, _PreEncoded(), min_idf=float("-inf"))
+
+
+def similarity_name(java_searcher: Any) -> str:
+    """The simple class name of a Java searcher's Lucene similarity (e.g. ``BM25Similarity``)."""
+    return str(java_searcher.get_similarity().getClass().getName()).rsplit(".", 1)[-1]

@@ -719,3 +719,64 @@ def _tokenize(texts: Iterable[str], tokenizer: Any, max_length: int | None, batc
         if not batch:
             return
         yield from tokenizer(batch, **kwargs)["input_ids"]
+
+
+# --------------------------------------------------------------------------------------------
+# the uniform backend interface (harness.indexes)
+# --------------------------------------------------------------------------------------------
+INDEX_FILE = "index.tcsr"  # the file inside an index folder (SVDR's token index uses the same name)
+
+
+class TokenCSRAdapter:
+    """A :class:`BinaryTokenIndex` behind the uniform interface: ``save``/``load`` take the index
+    folder (the file is ``INDEX_FILE`` inside it); ``search`` is :meth:`BinaryTokenIndex.search`."""
+
+    def __init__(self, index: BinaryTokenIndex) -> None:
+        self.index = index
+
+    @property
+    def spec(self) -> str:
+        """``token-csr`` when the object is a binary token index (the spec has no part)."""
+        if not isinstance(self.index, BinaryTokenIndex):
+            raise ConfigError(f"token-csr adapter holds a {type(self.index).__name__}, not a BinaryTokenIndex")
+        return "token-csr"
+
+    @property
+    def nbytes(self) -> int:
+        return self.index.nbytes
+
+    @property
+    def ntotal(self) -> int:
+        return self.index.n_docs
+
+    def save(self, folder: str | os.PathLike[str]) -> Path:
+        return self.index.save(Path(folder) / INDEX_FILE)
+
+    def search(self, queries: Any, k: int, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k of <query, T(d)>; queries float [B, vocab] or scipy sparse (see the class)."""
+        return self.index.search(queries, k, **options)
+
+
+class TokenCSRBackend:
+    """Backend ``token-csr``: each passage's token ids -> the binary token index T(D)."""
+
+    name = "token-csr"
+
+    @staticmethod
+    def check_spec(part: str) -> None:
+        from harness.indexes import bad_spec
+
+        if part:
+            raise bad_spec(f"token-csr:{part}", "the token-csr backend takes no spec part", ["token-csr"],
+                           "'token-csr' alone")
+
+    @staticmethod
+    def build(part: str, payload: Iterable[Sequence[int]], *, vocab_size: int) -> TokenCSRAdapter:
+        """:meth:`BinaryTokenIndex.from_token_ids` (repeats count once; ids in [0, vocab_size))."""
+        TokenCSRBackend.check_spec(part)
+        return TokenCSRAdapter(BinaryTokenIndex.from_token_ids(payload, vocab_size=vocab_size))
+
+    @staticmethod
+    def load(folder: str | os.PathLike[str], part: str = "") -> TokenCSRAdapter:
+        TokenCSRBackend.check_spec(part)
+        return TokenCSRAdapter(BinaryTokenIndex.load(Path(folder) / INDEX_FILE))

@@ -1,31 +1,59 @@
-"""Methods, one module each, registered by name.
+"""Methods, one module each, registered by name (the config section ``methods.<name>``).
 
-A method module provides ``build_index(ctx, out[, model_dir])``, a ``Searcher`` (``encode`` and
-``search`` apart, for timing) and ``search(ctx, index_dir, queries, k[, model_dir])``; a method
-that learns (``trained=True``) also provides ``train(ctx, out, negatives)``.
-``ctx`` is a :class:`harness.methods.base.Context`.
+A method module declares what it produces as data and provides the steps that produce it:
+
+- ``declare(cfg, name) -> list[harness.plan.Job]``: its models (stage ``train``), indexes
+  (``index``), runs (``search``: one job per model and dataset writes every system of that model)
+  and efficiency figures (``measure``), each with its inputs and the config keys it reads;
+- one function per step a job names, ``step(ctx, job, inputs, out) -> dict`` (info for meta.json);
+- ``SCHEMA``: the file of its config section's JSON schema (a fragment, additionalProperties:
+  false), so that a key is legal only under the method that reads it.
+
+The workflow's generic rules read the plan; adding a method touches no file in workflow/
+(docs/adding-a-method.md).
 """
 from __future__ import annotations
 
 import importlib
-from typing import NamedTuple
+from pathlib import Path
+from types import ModuleType
 
 from harness.registry import Registry
 
+#: method name -> module. SVDR and VDR share one module (VDR = SVDR without L_sp).
+METHODS: Registry[str] = Registry("method")
+METHODS.add("bm25", "harness.methods.bm25")
+METHODS.add("dpr", "harness.methods.dpr")
+METHODS.add("svdr", "harness.methods.vdr")
+METHODS.add("vdr", "harness.methods.vdr")
+METHODS.add("bpr", "harness.methods.bpr")
 
-class MethodInfo(NamedTuple):
-    module: str
-    trained: bool
+#: steps that are not retrieval methods but declare jobs too: top-level config section -> module
+#: (the extractive reader reads any system's run and measures EM).
+STEPS: Registry[str] = Registry("step")
+STEPS.add("reader", "harness.methods.reader")
 
 
-METHODS: Registry[MethodInfo] = Registry("method")
-METHODS.add("bm25", MethodInfo("harness.methods.bm25", trained=False))
-METHODS.add("dpr", MethodInfo("harness.methods.dpr", trained=True))
-METHODS.add("svdr", MethodInfo("harness.methods.vdr", trained=True))   # SVDR: VDR + semi-parametric loss
-METHODS.add("vdr", MethodInfo("harness.methods.vdr", trained=True))    # VDR: methods.vdr has sp_loss: false
-METHODS.add("bpr", MethodInfo("harness.methods.bpr", trained=True))     # BPR: DPR encoders + hash layer
-METHODS.add("reader", MethodInfo("harness.methods.reader", trained=True))  # extractive reader (EM); reads runs, builds no index
+def method_module(name: str) -> ModuleType:
+    return importlib.import_module(METHODS.get(name))
 
 
-def method_module(name: str):
-    return importlib.import_module(METHODS.get(name).module)
+def register(name: str, module: str) -> None:
+    """Register a method from outside the package (a plugin, or the toy method of the tests)."""
+    METHODS.add(name, module)
+
+
+def schema_fragment(name: str) -> dict:
+    """The JSON schema of ``methods.<name>`` (the module's ``SCHEMA`` YAML file)."""
+    from harness.config import read_yaml
+
+    module = method_module(name)
+    return read_yaml(Path(module.__file__).parent / module.SCHEMA)
+
+
+def step_schema(name: str) -> dict:
+    """The JSON schema of a step's top-level section (e.g. ``reader``)."""
+    from harness.config import read_yaml
+
+    module = importlib.import_module(STEPS.get(name))
+    return read_yaml(Path(module.__file__).parent / module.SCHEMA)

@@ -18,10 +18,10 @@ class Context:
 
     @property
     def mcfg(self) -> Mapping[str, Any]:
-        try:
-            return self.cfg["methods"][self.method]
-        except KeyError:
-            raise ConfigError(f"config has no methods.{self.method} section") from None
+        section = self.cfg["methods"].get(self.method, self.cfg.get(self.method))  # a step's top-level section
+        if section is None:
+            raise ConfigError(f"config has no methods.{self.method} section")
+        return section
 
     @property
     def root(self) -> Path:
@@ -38,3 +38,25 @@ class Context:
 
     def config_hash(self) -> str:
         return section_hash(self.cfg, f"methods.{self.method}", "seed")
+
+
+#: keys of a method section that never change a trained model (where it runs, what it is evaluated on)
+NOT_TRAINING = ("enabled", "datasets", "variants", "encode_batch_size", "torch_threads", "device", "index",
+                "log_every")
+
+
+def section_keys(cfg: Mapping[str, Any], name: str, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Dotted keys of ``methods.<name>`` minus ``NOT_TRAINING`` and ``exclude`` (what a model's hash covers)."""
+    skip = set(NOT_TRAINING) | set(exclude)
+    return tuple(f"methods.{name}.{k}" for k in sorted(cfg["methods"][name]) if k not in skip)
+
+
+def training_keys(cfg: Mapping[str, Any], name: str, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """A model's hash: its section's training keys, the seed, and the backbone's definition."""
+    backbone = cfg["methods"][name].get("backbone")
+    return (*section_keys(cfg, name, exclude), "seed", *((f"backbones.{backbone}",) if backbone else ()))
+
+
+def wants_gpu(cfg: Mapping[str, Any], name: str) -> bool:
+    """A job of method ``name`` asks a cluster for a GPU when its section says ``device: cuda``."""
+    return (cfg["methods"].get(name) or cfg.get(name) or {}).get("device", "cpu") == "cuda"

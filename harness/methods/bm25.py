@@ -1,23 +1,58 @@
-"""BM25 through pyserini's Lucene index and searcher (Anserini, real Java)."""
+"""BM25 through pyserini's Lucene index and searcher (Anserini, real Java).
+
+Jobs: index ``bm25`` (spec ``methods.bm25.index``, ``lucene:bm25``) of any dataset that asks for
+one (its own search datasets, the training datasets whose negatives are mined); search ``bm25`` on
+each of ``methods.bm25.datasets`` (system ``bm25``).
+"""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.artifacts import write_run_with_meta
 from harness.datasets import Query, store
 from harness.indexes import lucene
 from harness.methods.base import Context
+from harness.plan import Job, Ref
 
-
+SCHEMA = "bm25.schema.yaml"
 LUCENE_DIR = "lucene"  # the Lucene index inside the artifact folder (meta.json sits beside it)
 
 
-def build_index(ctx: Context, out: Path) -> dict[str, Any]:
+def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
+    m = f"methods.{name}"
+    jobs = [Job("index", name, name, "build", keys=(f"{m}.contents", f"{m}.index"),
+                inputs={"data": Ref("data")}, mem_mb=4000)]
+    return jobs + [search_job(cfg, name, d) for d in cfg["methods"][name].get("datasets", [])]
+
+
+def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test") -> Job:
+    m = f"methods.{name}"
+    return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
+               systems=(name,), params={"split": split}, mem_mb=4000,
+               inputs={"data": Ref("data", dataset=dataset), "index": Ref("index", name, dataset)},
+               keys=(f"{m}.k1", f"{m}.b", "evaluate.depth"))
+
+
+def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     m = ctx.mcfg
-    n = lucene.build("bm25", store.iter_corpus(ctx.data_dir()), out / LUCENE_DIR, contents=m.get("contents", "title_text"),
+    t0 = time.perf_counter()
+    n = lucene.build("bm25", store.iter_corpus(inputs["data"]), out / LUCENE_DIR, contents=m.get("contents", "title_text"),
                      threads=m.get("threads", 1))
-    return {"spec": "lucene:bm25", "documents": n}
+    return {"spec": "lucene:bm25", "documents": n, "build_seconds": time.perf_counter() - t0}
+
+
+def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
+    k = ctx.cfg["evaluate"]["depth"]
+    t0 = time.perf_counter()
+    hits = search(ctx, inputs["index"], queries, k)
+    seconds = time.perf_counter() - t0
+    write_run_with_meta(out / f"{job.systems[0]}.trec", hits, system=job.systems[0],
+                        meta={"dataset": job.dataset, "depth": k, "seconds": round(seconds, 3)})
+    return {"queries": len(queries)}
 
 
 class Searcher:

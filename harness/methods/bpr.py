@@ -33,14 +33,12 @@ also work with ``--method bpr``).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
 import random
 import re
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -50,9 +48,10 @@ from typing import Any
 import numpy as np
 
 from harness.datasets import Query, store
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError
 from harness.methods import dpr
-from harness.methods.base import Context
+from harness.methods.base import Context, training_keys, wants_gpu
+from harness.plan import Job, Ref
 
 CODES_FILE = "codes.npy"
 DOCIDS_FILE = "docids.txt"
@@ -128,18 +127,6 @@ def train_variants(cfg: Mapping[str, Any]) -> list[str]:
     return list(settings(cfg)["train_variants"] or {})
 
 
-def measured_variants(cfg: Mapping[str, Any]) -> list[str]:
-    """The variants of ``methods.bpr.variants`` (default: every search and train variant)."""
-    known = search_variants(cfg) + train_variants(cfg)
-    listed = cfg["methods"]["bpr"].get("variants")
-    if listed is None:
-        return known
-    bad = [v for v in listed if v not in known]
-    if bad:
-        raise ConfigError(f"methods.bpr.variants: unknown variant(s) {', '.join(bad)}; known: {', '.join(known)}")
-    return list(listed)
-
-
 def dpr_baselines(cfg: Mapping[str, Any]) -> dict[str, str]:
     """DPR baselines on the same passages: variant -> dense index spec (e.g. hnsw -> faiss:HNSW512)."""
     out = dict(settings(cfg)["dpr_baselines"] or {})
@@ -194,7 +181,7 @@ def bpr_loss(eq, ep, step: int, *, gamma: float, cand_loss: str = "ranking", mar
     b = beta(gamma, step)
     hq, hp = torch.tanh(b * eq), torch.tanh(b * ep)
     n = eq.shape[0]
-    target = torch.arange(n)
+    target = torch.arange(n, device=eq.device)
     rerank = F.cross_entropy(eq @ hp.T, target)
     scores = hq @ hp.T
     if cand_loss == "ce":
@@ -209,71 +196,42 @@ def bpr_loss(eq, ep, step: int, *, gamma: float, cand_loss: str = "ranking", mar
 
 
 def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
-    """Train BPR (``ctx.mcfg`` = the effective methods.bpr settings); writes the encoders to ``out``."""
-    torch = dpr._torch(ctx)
+    """Train BPR (``ctx.mcfg`` = the effective methods.bpr settings); writes the encoders to ``out``.
+    The loop is :func:`harness.train.train_loop`."""
+    from harness import train as loop
+
+    dpr._torch(ctx)
     m = {**DEFAULTS, **ctx.mcfg}
     _check(m)
     seed = ctx.cfg["seed"]
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    loop.set_seed(seed)
     tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
-    examples = dpr._training_examples(tctx, negatives_file)
-    if m["max_train_questions"] and m["max_train_questions"] < len(examples):
-        keep = sorted(random.Random(seed).sample(range(len(examples)), m["max_train_questions"]))
-        examples = [examples[i] for i in keep]
+    examples = loop.subsample(dpr._training_examples(tctx, negatives_file), m["max_train_questions"], seed)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
     model = dpr.BiEncoder.from_backbone(ctx)
     params = list({id(p): p for p in list(model.q.parameters()) + list(model.p.parameters())}.values())
-    opt = torch.optim.AdamW(params, lr=m.get("lr", 2e-5), weight_decay=m.get("weight_decay", 0.0))
-    bs, n_hard = m.get("batch_size", 16), m.get("hard_negatives", 1)
-    total = max(1, int(round(math.ceil(len(examples) / bs) * m.get("epochs", 1))))
-    warm = int(total * m.get("warmup_ratio", 0.1))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm)))
-    rng = random.Random(seed)
+    ts = loop.TrainSettings.from_config(m)
+    device = loop.resolve_device(ts.device)
+    n_hard = m.get("hard_negatives", 1)
     doc_ids = list(docs)
-    losses: list[float] = []
-    parts: list[dict[str, float]] = []
-    step, t0 = 0, time.perf_counter()
-    model.q.train()
-    model.p.train()
-    while step < total:
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        for i in range(0, len(order), bs):
-            if step >= total:
-                break
-            batch = [examples[j] for j in order[i:i + bs]]
-            if len(batch) < 2:
-                continue
-            pids = [q.gold[0] for q, _ in batch]
-            for q, negs in batch:  # one BM25 negative per question (a random passage if none), as DPR
-                pool_ = [d for d in negs if d not in pids] or [rng.choice(doc_ids)]
-                pids += pool_[:n_hard]
-            qb = model._batch_q([q.text for q, _ in batch])
-            pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids])
-            loss, part = bpr_loss(model.embed_q(qb), model.embed_p(pb), step, gamma=m["gamma"],
-                                  cand_loss=m["cand_loss"], margin=m["margin"], reduction=m["cand_reduction"])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 2.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad()
-            losses.append(float(loss.detach()))
-            parts.append(part)
-            step += 1
-            if step % 50 == 0 or step == total:
-                r = parts[-50:]
-                print(f"step {step}/{total} loss {sum(losses[-50:]) / len(r):.4f} "
-                      f"(cand {sum(p['cand'] for p in r) / len(r):.4f}, rerank {sum(p['rerank'] for p in r) / len(r):.4f}, "
-                      f"beta {part['beta']:.2f}) {time.perf_counter() - t0:.0f}s", flush=True)
-    model.save(out)
-    return {"steps": step, "examples": len(examples), "train_dataset": m["train_dataset"],
-            "seconds": time.perf_counter() - t0, "loss_first": losses[:5], "loss_last": losses[-5:],
-            "cand_first": [p["cand"] for p in parts[:5]], "cand_last": [p["cand"] for p in parts[-5:]],
-            "rerank_first": [p["rerank"] for p in parts[:5]], "rerank_last": [p["rerank"] for p in parts[-5:]],
-            "beta_last": parts[-1]["beta"] if parts else 1.0, "backbone": m["backbone"],
+
+    def step_fn(batch: list[tuple[Query, list[str]]], step: int, rng: random.Random):
+        pids = [q.gold[0] for q, _ in batch]
+        for q, negs in batch:  # one BM25 negative per question (a random passage if none), as DPR
+            pool_ = [d for d in negs if d not in pids] or [rng.choice(doc_ids)]
+            pids += pool_[:n_hard]
+        qb = model._batch_q([q.text for q, _ in batch]).to(device)
+        pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids]).to(device)
+        return bpr_loss(model.embed_q(qb), model.embed_p(pb), step, gamma=m["gamma"], cand_loss=m["cand_loss"],
+                        margin=m["margin"], reduction=m["cand_reduction"])
+
+    info = loop.train_loop(examples, step_fn, params, settings=ts, seed=seed, out=out, save=model.save,
+                           modules=[model.q, model.p])
+    return {"steps": info["steps"], "examples": len(examples), "train_dataset": m["train_dataset"],
+            "seconds": info["seconds"], "loss_first": info["loss_first"], "loss_last": info["loss_last"],
+            "cand_first": info.get("cand_first", []), "cand_last": info.get("cand_last", []),
+            "rerank_first": info.get("rerank_first", []), "rerank_last": info.get("rerank_last", []),
+            "beta_last": info["beta_last"][-1] if info.get("beta_last") else 1.0, "backbone": m["backbone"],
             "settings": train_signature(m)}
 
 
@@ -408,17 +366,6 @@ class Searcher:
                 for q, srow, rrow in zip(qids, scores, rows)}
 
 
-def search(ctx: Context, index_dir: Path, queries: Sequence[Query], k: int, model_dir: Path) -> dict[str, list[tuple[str, float]]]:
-    """The default search (generic ``python -m harness search``): linear scan + rerank, l = n_candidates."""
-    s = Searcher(ctx, index_dir, model_dir)
-    scores, rows = s.search(s.encode([q.text for q in queries]), k)
-    return s.results([q.id for q in queries], scores, rows)
-
-
-def describe(model_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(model_dir) / "meta.json").read_text())
-
-
 # --------------------------------------------------------------------------------------------
 # efficiency: index bytes (file size) and query time (bpr-query-time protocol)
 
@@ -499,249 +446,177 @@ def efficiency(cfg: Mapping[str, Any], dataset: str, *, dpr_model: Path, bpr_mod
     return out
 
 
-def merge_metrics(parts: Sequence[Path], out: Path, *, system: str, dataset: str,
-                  not_run: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """One metrics file from partial ones (efficiency, reader EM): values and not_run merged."""
-    from harness.io import read_json, write_json
-
-    doc: dict[str, Any] = {"system": system, "dataset": dataset, "values": {}, "not_run": dict(not_run or {}), "parts": {}}
-    for p in parts:
-        part = read_json(p)
-        doc["values"].update(part.get("values", {}))
-        doc["not_run"].update(part.get("not_run", {}))
-        doc["parts"][str(p)] = {k: v for k, v in part.items() if k not in ("values", "not_run")}
-    for name in doc["values"]:
-        doc["not_run"].pop(name, None)
-    write_json(out, doc)
-    return doc
-
-
 # --------------------------------------------------------------------------------------------
-# command line
+# jobs (harness/plan.py)
+
+SCHEMA = "bpr.schema.yaml"
+#: keys of methods.bpr that never change a trained model
+NOT_MODEL = ("n_candidates", "candidate_grid", "hash_index", "hash_nflip", "dpr_baselines", "baseline_train_size",
+             "train_variants", "train_variant_overrides", "timing_queries", "efficiency_datasets", "variant_datasets")
 
 
-def _write_run(out: Path, results: Mapping[str, list[tuple[str, float]]], *, system: str, dataset: str,
-               seconds: float, cfg_hash: str, extra: Mapping[str, Any]) -> None:
-    from harness.io import write_json
-    from harness.meta import git_commit, hardware, versions
-    from harness.runs import write_run
-
-    write_run(out, results, tag=system)
-    write_json(Path(f"{out}.meta.json"), {
-        "kind": "run", "system": system, "dataset": dataset, "split": "test", "queries": len(results),
-        "seconds": round(seconds, 3), "config_hash": cfg_hash, "git_commit": git_commit(), "versions": versions(),
-        "hardware": hardware(), **extra,
-        "note": "wall time of the whole search (query encoding included); see metrics/ for the protocol's query time",
-    })
+def model_id(cfg: Mapping[str, Any], variant: str | None) -> str:
+    """``bpr`` for the main model and for a train variant whose settings equal it, else ``bpr.<variant>``."""
+    if variant is None or train_signature(settings(cfg, variant)) == train_signature(settings(cfg)):
+        return "bpr"
+    return f"bpr.{variant}"
 
 
-def _cmd_train(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
-    from harness.io import atomic_path
-    from harness.meta import write_meta
+def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test") -> Job:
+    """Every search variant of the main model on ``dataset`` (one model load, one encoding); on
+    another split (the reader's training passages) the default search alone, ``bpr.bflat``."""
+    systems = tuple(f"{name}.{v}" for v in search_variants(cfg)) if split == "test" else (f"{name}.bflat",)
+    return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
+               gpu=wants_gpu(cfg, name), params={"split": split}, systems=systems,
+               keys=("evaluate.depth", f"methods.{name}.n_candidates", f"methods.{name}.candidate_grid",
+                     f"methods.{name}.hash_nflip"),
+               inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", name),
+                       "index": Ref("index", name, dataset), "hash_index": Ref("index", f"{name}.hash", dataset)})
 
-    ctx = variant_context(cfg, a.variant)
+
+def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
+    """Models ``bpr`` and ``bpr.<variant>`` (Tables 7/9); indexes ``bpr`` (linear scan), ``bpr.hash``
+    (hash lookup over its codes) and the DPR baselines ``dpr.<b>`` (from DPR's Flat vectors); searches
+    ``bpr`` (every search variant), ``bpr.<variant>`` and ``bpr.dpr-baselines`` per dataset; the
+    efficiency figures (index bytes, query time) of every Table 1/2 system."""
+    s = settings(cfg)
+    _check(s)
+    m, td, gpu = f"methods.{name}", s["train_dataset"], wants_gpu(cfg, name)
+    model_keys = training_keys(cfg, name, exclude=NOT_MODEL)
+    data = {"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td)}
+    jobs = [Job("train", name, name, "train_step", gpu=gpu, keys=model_keys, inputs=data),
+            Job("index", name, name, "build", gpu=gpu, keys=(f"{m}.index",),
+                inputs={"data": Ref("data"), "model": Ref("model", name)}),
+            Job("index", f"{name}.hash", name, "build_hash", keys=(f"{m}.hash_index", f"{m}.hash_nflip"),
+                inputs={"source": Ref("index", name)}, mem_mb=4000)]
+    baselines = dpr_baselines(cfg)
+    for b in baselines:
+        jobs.append(Job("index", f"dpr.{b}", name, "build_baseline", params={"baseline": b},
+                        keys=(f"{m}.dpr_baselines.{b}", f"{m}.baseline_train_size", "seed"),
+                        inputs={"dpr_index": Ref("index", "dpr")}))
+    variants = train_variants(cfg)
+    for v in variants:
+        if model_id(cfg, v) != name:
+            jobs.append(Job("train", model_id(cfg, v), name, "train_step", gpu=gpu, params={"variant": v}, inputs=data,
+                            keys=(*model_keys, f"{m}.train_variant_overrides", f"{m}.train_variants.{v}")))
+    for d in cfg["methods"][name].get("datasets", []):
+        jobs.append(search_job(cfg, name, d))
+        if baselines:
+            jobs.append(Job("search", f"{name}.dpr-baselines", name, "run_baselines", d, gpu=gpu,
+                            keys=("evaluate.depth",), systems=tuple(f"dpr.{b}" for b in baselines),
+                            inputs={"data": Ref("data", dataset=d), "model": Ref("model", "dpr"),
+                                    **{f"index_{b}": Ref("index", f"dpr.{b}", d) for b in baselines}}))
+    for d in cfg["methods"][name].get("variant_datasets") or [td]:
+        for v in variants:
+            jobs.append(Job("search", f"{name}.{v}", name, "run_variant", d, gpu=gpu, params={"variant": v},
+                            keys=("evaluate.depth", f"{m}.n_candidates", f"{m}.index"), systems=(f"{name}.{v}",),
+                            inputs={"data": Ref("data", dataset=d), "model": Ref("model", model_id(cfg, v))}))
+    for d in cfg["methods"][name].get("efficiency_datasets") or [td]:
+        jobs.append(Job("measure", f"{name}.efficiency", name, "measure_efficiency", d,
+                        keys=("timing", "evaluate.depth", f"{m}.timing_queries", f"{m}.n_candidates", f"{m}.hash_nflip"),
+                        systems=tuple(efficiency_systems(cfg)),
+                        inputs={"data": Ref("data", dataset=d), "dpr_model": Ref("model", "dpr"),
+                                "bpr_model": Ref("model", name), "dpr_index": Ref("index", "dpr", d),
+                                "bpr_index": Ref("index", name, d), "hash_index": Ref("index", f"{name}.hash", d),
+                                **{f"index_{b}": Ref("index", f"dpr.{b}", d) for b in baselines}}))
+    return jobs
+
+
+def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    variant = job.params.get("variant")
+    info = train(variant_context(ctx.cfg, variant), out, inputs["negatives"])
+    return {"variant": variant, **info}
+
+
+def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    return build_index(variant_context(ctx.cfg, None, job.dataset), out, inputs["model"])
+
+
+def build_hash(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    s = settings(ctx.cfg)
+    return build_binary_index(s["hash_index"], inputs["source"], out, nflip=int(s["hash_nflip"]))
+
+
+def build_baseline(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    s = settings(ctx.cfg)
+    spec = dpr_baselines(ctx.cfg)[job.params["baseline"]]
+    return build_dpr_baseline(spec, inputs["dpr_index"], out, train_size=s["baseline_train_size"], seed=ctx.cfg["seed"])
+
+
+def _write(out: Path, system: str, s: Searcher, queries: Sequence[Query], scores, rows, seconds: float,
+           **meta: Any) -> None:
+    from harness.artifacts import write_run_with_meta
+
+    write_run_with_meta(out / f"{system}.trec", s.results([q.id for q in queries], scores, rows), system=system,
+                        meta={"seconds": round(seconds, 3), **meta,
+                              "note": "wall time of the search (question encoding included); the protocol's "
+                                      "query time is in metrics/"})
+
+
+def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Runs of every search variant of the main model (one model load and one question encoding)."""
+    bctx = variant_context(ctx.cfg, None, job.dataset)
+    queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
+    k = ctx.cfg["evaluate"]["depth"]
     t0 = time.perf_counter()
-    with atomic_path(a.out) as tmp:
-        tmp.mkdir()
-        info = train(ctx, tmp, a.negatives)
-        write_meta(tmp, "model", spec=f"bpr{'.' + a.variant if a.variant else ''}", config_hash=train_hash(cfg, a.variant),
-                   seconds=time.perf_counter() - t0, extra={"variant": a.variant, **info})
-    print(f"trained bpr{' variant ' + a.variant if a.variant else ''}: {info['steps']} steps in {time.perf_counter() - t0:.1f}s")
-    return 0
-
-
-def _cmd_index(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
-    """Binary index of a train variant (``--variant``) or the hash index over built codes (``--source``)."""
-    from harness.io import atomic_path
-    from harness.meta import write_meta
-
-    t0 = time.perf_counter()
-    with atomic_path(a.out) as tmp:
-        tmp.mkdir()
-        if a.source is not None:
-            info = build_binary_index(settings(cfg)["hash_index"], a.source, tmp, nflip=int(settings(cfg)["hash_nflip"]))
-        else:
-            info = build_index(variant_context(cfg, a.variant, a.dataset), tmp, a.model)
-        write_meta(tmp, "index", spec=info.pop("spec"), config_hash=train_hash(cfg, a.variant),
-                   seconds=time.perf_counter() - t0, extra={"method": "bpr", "variant": a.variant, "dataset": a.dataset, **info})
-    print(f"index bpr/{a.dataset}: {info['documents']} codes in {time.perf_counter() - t0:.1f}s")
-    return 0
-
-
-def _cmd_dpr_index(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
-    from harness.config import section_hash
-    from harness.io import atomic_path
-    from harness.meta import write_meta
-
-    specs = dpr_baselines(cfg)
-    if a.variant not in specs:
-        raise ConfigError(f"unknown DPR baseline {a.variant!r}; methods.bpr.dpr_baselines defines: {', '.join(specs)}")
-    t0 = time.perf_counter()
-    with atomic_path(a.out) as tmp:
-        tmp.mkdir()
-        info = build_dpr_baseline(specs[a.variant], a.dpr_index, tmp, train_size=settings(cfg)["baseline_train_size"],
-                                  seed=cfg["seed"])
-        write_meta(tmp, "index", spec=info.pop("spec"), config_hash=section_hash(cfg, "methods.dpr", "seed"),
-                   seconds=time.perf_counter() - t0, extra={"method": "dpr", "variant": a.variant, "dataset": a.dataset, **info})
-    print(f"index dpr.{a.variant}/{a.dataset}: {info['documents']} vectors in {time.perf_counter() - t0:.1f}s")
-    return 0
-
-
-def _cmd_search(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
-    """Runs of BPR search variants (one model load and one question encoding for all)."""
-    ctx = variant_context(cfg, a.variant, a.dataset)
-    queries = store.read_queries(ctx.data_dir(), "test")
-    k = cfg["evaluate"]["depth"]
-    if len(a.systems) != len(a.out):
-        raise ConfigError("bpr search: give one --out per --systems entry")
-    t0 = time.perf_counter()
-    model = dpr.BiEncoder.load(ctx, a.model)
-    qvecs = model.encode_questions([q.text for q in queries])
+    qvecs = dpr.BiEncoder.load(bctx, inputs["model"]).encode_questions([q.text for q in queries])
     t_enc = time.perf_counter() - t0
-    index_dir = a.index
-    if index_dir is None:  # a train variant's index lives only as long as its search (nothing else reads it)
-        index_dir = Path(tempfile.mkdtemp(prefix="bpr-index-"))
-        build_index(ctx, index_dir, a.model)
-    try:
-        _search_systems(a, cfg, ctx, queries, qvecs, t_enc, index_dir, k)
-    finally:
-        if a.index is None:
-            shutil.rmtree(index_dir, ignore_errors=True)
-    return 0
-
-
-def _search_systems(a: argparse.Namespace, cfg: dict[str, Any], ctx: Context, queries: Sequence[Query],
-                    qvecs: np.ndarray, t_enc: float, index_dir: Path, k: int) -> None:
-    for system, out in zip(a.systems, a.out):
-        method, _, v = system.partition(".")
-        if method != "bpr" or not v:
-            raise ConfigError(f"bpr search: system {system!r} is not bpr.<variant>")
-        search_variant = "bflat" if a.variant else v
+    for system in job.systems:
+        v = system.partition(".")[2]
         t1 = time.perf_counter()
-        s = Searcher(ctx, index_dir, None, variant=search_variant, hash_dir=a.hash_index)
+        s = Searcher(bctx, inputs["index"], None, variant=v, hash_dir=inputs["hash_index"])
         scores, rows = s.search(qvecs, k)
-        _write_run(out, s.results([q.id for q in queries], scores, rows), system=system, dataset=a.dataset,
-                   seconds=t_enc + time.perf_counter() - t1, cfg_hash=train_hash(cfg, a.variant),
-                   extra={"search_variant": search_variant, "train_variant": a.variant, "n_candidates": s.n_candidates,
-                          "rerank": s.rerank, "depth": k})
-        print(f"search {system}/{a.dataset}: {len(queries)} queries")
+        _write(out, system, s, queries, scores, rows, t_enc + time.perf_counter() - t1, dataset=job.dataset,
+               split=job.params.get("split", "test"), search_variant=v, n_candidates=s.n_candidates,
+               rerank=s.rerank, depth=k)
+    return {"queries": len(queries)}
 
 
-def _cmd_dpr_search(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
-    from harness.config import section_hash
-
-    specs = dpr_baselines(cfg)
-    if a.variant not in specs:
-        raise ConfigError(f"unknown DPR baseline {a.variant!r}; methods.bpr.dpr_baselines defines: {', '.join(specs)}")
-    ctx = Context(cfg, "dpr", a.dataset)
-    queries = store.read_queries(ctx.data_dir(), "test")
-    k = cfg["evaluate"]["depth"]
+def run_variant(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """A train variant's run: its binary index (built in a temporary folder: nothing else reads it)
+    searched by linear scan + rerank."""
+    v = job.params["variant"]
+    vctx = variant_context(ctx.cfg, v, job.dataset)
+    queries = store.read_queries(inputs["data"], "test")
     t0 = time.perf_counter()
-    qvecs = dpr.BiEncoder.load(ctx, a.model).encode_questions([q.text for q in queries])
-    s = _DenseSystem(a.index, specs[a.variant])
-    scores, rows = s.search(qvecs, k)
-    docids = (Path(a.index) / DOCIDS_FILE).read_text(encoding="utf-8").split()
-    results = {q.id: [(docids[r], float(x)) for x, r in zip(srow, rrow) if r >= 0]
-               for q, srow, rrow in zip(queries, scores, rows)}
-    _write_run(a.out, results, system=f"dpr.{a.variant}", dataset=a.dataset, seconds=time.perf_counter() - t0,
-               cfg_hash=section_hash(cfg, "methods.dpr", "methods.bpr.dpr_baselines", "seed"),
-               extra={"spec": specs[a.variant], "depth": k})
-    print(f"search dpr.{a.variant}/{a.dataset}: {len(queries)} queries")
-    return 0
+    qvecs = dpr.BiEncoder.load(vctx, inputs["model"]).encode_questions([q.text for q in queries])
+    with tempfile.TemporaryDirectory(prefix="bpr-index-") as tmp:
+        build_index(vctx, Path(tmp), inputs["model"])
+        s = Searcher(vctx, Path(tmp), None, variant="bflat")
+        scores, rows = s.search(qvecs, ctx.cfg["evaluate"]["depth"])
+        _write(out, job.systems[0], s, queries, scores, rows, time.perf_counter() - t0, dataset=job.dataset,
+               train_variant=v, n_candidates=s.n_candidates, depth=ctx.cfg["evaluate"]["depth"])
+    return {"queries": len(queries), "variant": v}
 
 
-def _cmd_efficiency(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
+def run_baselines(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Runs of the DPR baseline indexes (HNSW, LSH, PQ) with DPR's question encoder (one load)."""
+    from harness.artifacts import hits_from_rows, read_docids, write_run_with_meta
+
+    dctx = Context(ctx.cfg, "dpr", job.dataset)
+    queries = store.read_queries(inputs["data"], "test")
+    k = ctx.cfg["evaluate"]["depth"]
+    qvecs = dpr.BiEncoder.load(dctx, inputs["model"]).encode_questions([q.text for q in queries])
+    specs = dpr_baselines(ctx.cfg)
+    for system in job.systems:
+        b = system.partition(".")[2]
+        t0 = time.perf_counter()
+        scores, rows = _DenseSystem(inputs[f"index_{b}"], specs[b]).search(qvecs, k)
+        hits = hits_from_rows(read_docids(inputs[f"index_{b}"]), [q.id for q in queries], scores, rows)
+        write_run_with_meta(out / f"{system}.trec", hits, system=system, meta={
+            "dataset": job.dataset, "spec": specs[b], "depth": k, "seconds": round(time.perf_counter() - t0, 3)})
+    return {"queries": len(queries)}
+
+
+def measure_efficiency(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Index bytes and query time (protocol bpr-query-time) of every Table 1/2 system."""
     from harness.io import write_json
 
-    names = dpr_baselines(cfg)
-    if len(a.baseline_index) != len(names):
-        raise ConfigError(f"bpr efficiency: give one --baseline-index per DPR baseline ({', '.join(names)})")
-    res = efficiency(cfg, a.dataset, dpr_model=a.dpr_model, bpr_model=a.bpr_model, dpr_index=a.dpr_index,
-                     bpr_index=a.bpr_index, hash_index=a.hash_index,
-                     baseline_indexes=dict(zip(names, a.baseline_index)))
+    res = efficiency(ctx.cfg, str(job.dataset), dpr_model=inputs["dpr_model"], bpr_model=inputs["bpr_model"],
+                     dpr_index=inputs["dpr_index"], bpr_index=inputs["bpr_index"], hash_index=inputs["hash_index"],
+                     baseline_indexes={b: inputs[f"index_{b}"] for b in dpr_baselines(ctx.cfg)})
     for system, doc in res.items():
-        write_json(Path(a.out_dir) / f"{system}.efficiency.json", doc)
+        write_json(out / f"{system}.json", doc)
         v = doc["values"]
-        print(f"{system}/{a.dataset}: index {v['index_bytes']['value']:,} B, query {v['query_ms']['value']:.3f} ms")
-    return 0
-
-
-def _cmd_merge(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
-    not_run = dict(x.split("=", 1) for x in a.not_run)
-    doc = merge_metrics(a.parts, a.out, system=a.system, dataset=a.dataset, not_run=not_run)
-    print(f"metrics {a.system}/{a.dataset}: {', '.join(doc['values'])}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from harness.config import add_config_argument, load_config
-
-    ap = argparse.ArgumentParser(prog="python -m harness.methods.bpr", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("train", help="train the main model or a train variant (--variant)")
-    add_config_argument(p)
-    p.add_argument("--variant")
-    p.add_argument("--negatives", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("index", help="binary index of a train variant, or the hash index over built codes (--source)")
-    add_config_argument(p)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--variant")
-    p.add_argument("--model", type=Path)
-    p.add_argument("--source", type=Path, help="a built BPR index whose codes the hash index (methods.bpr.hash_index) takes")
-    p.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("dpr-index", help="a DPR baseline index (methods.bpr.dpr_baselines) from DPR's Flat index")
-    add_config_argument(p)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--variant", required=True)
-    p.add_argument("--dpr-index", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("search", help="runs of BPR systems (search variants, or a train variant's linear scan)")
-    add_config_argument(p)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--variant", help="train variant (its model and index); default the main model")
-    p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--index", type=Path, help="the model's binary index (default: built in a temporary folder)")
-    p.add_argument("--hash-index", type=Path)
-    p.add_argument("--systems", nargs="+", required=True)
-    p.add_argument("--out", type=Path, nargs="+", required=True)
-    p = sub.add_parser("dpr-search", help="run of a DPR baseline index")
-    add_config_argument(p)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--variant", required=True)
-    p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--index", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("efficiency", help="index bytes and query time of every Table 1/2 system")
-    add_config_argument(p)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--dpr-model", type=Path, required=True)
-    p.add_argument("--bpr-model", type=Path, required=True)
-    p.add_argument("--dpr-index", type=Path, required=True)
-    p.add_argument("--bpr-index", type=Path, required=True)
-    p.add_argument("--hash-index", type=Path, required=True)
-    p.add_argument("--baseline-index", type=Path, nargs="*", default=[])
-    p.add_argument("--out-dir", type=Path, required=True)
-    p = sub.add_parser("merge-metrics", help="one metrics file from partial ones")
-    add_config_argument(p)
-    p.add_argument("--system", required=True)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--parts", type=Path, nargs="+", required=True)
-    p.add_argument("--not-run", nargs="*", default=[], metavar="NAME=REASON")
-    p.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
-    cfg = load_config(a.config)
-    _check(settings(cfg))
-    cmds = {"train": _cmd_train, "index": _cmd_index, "dpr-index": _cmd_dpr_index, "search": _cmd_search,
-            "dpr-search": _cmd_dpr_search, "efficiency": _cmd_efficiency, "merge-metrics": _cmd_merge}
-    try:
-        return cmds[a.cmd](a, cfg)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    from harness.methods import bpr as _bpr  # run the canonical module, not a second copy named __main__
-
-    sys.exit(_bpr.main())
+        print(f"{system}/{job.dataset}: index {v['index_bytes']['value']:,} B, query {v['query_ms']['value']:.3f} ms")
+    return {}

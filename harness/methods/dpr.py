@@ -6,11 +6,9 @@ learning rate and the backbone come from config key ``methods.dpr``; training is
 """
 from __future__ import annotations
 
-import json
-import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,10 @@ import numpy as np
 from harness.datasets import Query, store
 from harness.errors import DataError
 from harness.io import iter_jsonl
-from harness.methods.base import Context
+from harness.methods.base import Context, training_keys, wants_gpu
+from harness.plan import Job, Ref
+
+SCHEMA = "dpr.schema.yaml"
 
 ENCODERS = ("question_encoder", "passage_encoder")
 
@@ -129,80 +130,39 @@ def _training_examples(ctx: Context, negatives_file: Path) -> list[tuple[Query, 
 
 
 def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
-    """Train on the train split of ``methods.dpr.train_dataset``; writes the encoders to ``out``."""
+    """Train on the train split of ``methods.dpr.train_dataset``; writes the encoders to ``out``.
+    The loop (batching, AdamW, schedule, precision, device) is :func:`harness.train.train_loop`."""
+    from harness import train as loop
+
     torch = _torch(ctx)
     m = ctx.mcfg
     seed = ctx.cfg["seed"]
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    loop.set_seed(seed)
     tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
-    examples = _training_examples(tctx, negatives_file)
+    examples = loop.subsample(_training_examples(tctx, negatives_file), m.get("max_train_questions"), seed)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
+    doc_ids = list(docs)
     model = BiEncoder.from_backbone(ctx)
     params = list({id(p): p for p in list(model.q.parameters()) + list(model.p.parameters())}.values())
-    opt = torch.optim.AdamW(params, lr=m.get("lr", 2e-5), weight_decay=m.get("weight_decay", 0.0))
-    bs, n_hard = m.get("batch_size", 16), m.get("hard_negatives", 1)
-    steps_per_epoch = math.ceil(len(examples) / bs)
-    total = max(1, int(round(steps_per_epoch * m.get("epochs", 1))))
-    warm = int(total * m.get("warmup_ratio", 0.1))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm)))
-    rng = random.Random(seed)
-    losses, step, t0 = [], 0, time.perf_counter()
-    model.q.train()
-    model.p.train()
-    while step < total:
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        for i in range(0, len(order), bs):
-            if step >= total:
-                break
-            batch = [examples[j] for j in order[i:i + bs]]
-            if len(batch) < 2:
-                continue
-            pids = [q.gold[0] for q, _ in batch]
-            for q, negs in batch:  # DPR: one BM25 negative per question (random passage if none)
-                pool_ = [d for d in negs if d not in pids] or [rng.choice(list(docs))]
-                pids += pool_[:n_hard]
-            qb = model._batch_q([q.text for q, _ in batch])
-            pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids])
-            scores = model.embed_q(qb) @ model.embed_p(pb).T
-            loss = torch.nn.functional.cross_entropy(scores, torch.arange(len(batch)))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 2.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad()
-            losses.append(loss.item())
-            step += 1
-            if step % 50 == 0 or step == total:
-                recent = losses[-50:]
-                print(f"step {step}/{total} loss {sum(recent) / len(recent):.4f} "
-                      f"{time.perf_counter() - t0:.0f}s", flush=True)
-    model.save(out)
-    return {"steps": step, "examples": len(examples), "train_dataset": m["train_dataset"],
-            "seconds": time.perf_counter() - t0, "loss_first": losses[:5], "loss_last": losses[-5:],
+    ts = loop.TrainSettings.from_config(m)
+    device = loop.resolve_device(ts.device)
+    n_hard = m.get("hard_negatives", 1)
+
+    def step_fn(batch: list[tuple[Query, list[str]]], step: int, rng: random.Random):
+        pids = [q.gold[0] for q, _ in batch]
+        for q, negs in batch:  # DPR: one BM25 negative per question (random passage if none)
+            pool_ = [d for d in negs if d not in pids] or [rng.choice(doc_ids)]
+            pids += pool_[:n_hard]
+        qb = model._batch_q([q.text for q, _ in batch]).to(device)
+        pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids]).to(device)
+        scores = model.embed_q(qb) @ model.embed_p(pb).T
+        return torch.nn.functional.cross_entropy(scores, torch.arange(len(batch), device=scores.device)), {}
+
+    info = loop.train_loop(examples, step_fn, params, settings=ts, seed=seed, out=out, save=model.save,
+                           modules=[model.q, model.p])
+    return {"steps": info["steps"], "examples": len(examples), "train_dataset": m["train_dataset"],
+            "seconds": info["seconds"], "loss_first": info["loss_first"], "loss_last": info["loss_last"],
             "backbone": m["backbone"]}
-
-
-def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
-    from harness.indexes import parse_spec
-    from harness.indexes.faiss_dense import DenseFaissIndex
-
-    spec = ctx.mcfg.get("index", "faiss:Flat")
-    _, factory = parse_spec(spec)
-    model = BiEncoder.load(ctx, model_dir)
-    docs = list(store.iter_corpus(ctx.data_dir()))
-    t0 = time.perf_counter()
-    vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])
-    t_enc = time.perf_counter() - t0
-    index = DenseFaissIndex.build(factory, vecs)
-    build_seconds = time.perf_counter() - t0
-    index.save(out)
-    (out / "docids.txt").write_text("".join(d.id + "\n" for d in docs), encoding="utf-8")
-    return {"spec": spec, "documents": len(docs), "dim": int(vecs.shape[1]), "encode_seconds": t_enc,
-            "build_seconds": build_seconds}
 
 
 class Searcher:
@@ -234,5 +194,86 @@ def search(ctx: Context, index_dir: Path, queries: Sequence[Query], k: int, mode
     return s.results([q.id for q in queries], scores, rows)
 
 
-def describe(model_dir: Path) -> dict[str, Any]:
-    return json.loads((model_dir / "meta.json").read_text())
+# --------------------------------------------------------------------------------------------
+# jobs
+
+
+def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
+    """Model ``dpr``; index ``dpr`` (spec ``methods.dpr.index``) of any dataset; search ``dpr`` on
+    each of ``methods.dpr.datasets``: system ``dpr`` and, with ``bm25_rerank_depths``, ``dpr.bm25-m<k>``
+    (BM25's top k re-scored by DPR, SVDR Table 1) from the same model load."""
+    m = cfg["methods"][name]
+    td, gpu = m["train_dataset"], wants_gpu(cfg, name)
+    jobs = [Job("train", name, name, "train_step", gpu=gpu,
+                inputs={"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td)},
+                keys=training_keys(cfg, name, exclude=("bm25_rerank_depths", "negatives_depth"))),
+            Job("index", name, name, "build", gpu=gpu, keys=(f"methods.{name}.index",),
+                inputs={"data": Ref("data"), "model": Ref("model", name)})]
+    return jobs + [search_job(cfg, name, d) for d in m.get("datasets", [])]
+
+
+def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test") -> Job:
+    """System ``dpr`` and the BM25 + DPR (m) re-rankings on ``dataset``; on another split (the
+    reader's training passages) ``dpr`` alone."""
+    depths = sorted(cfg["methods"][name].get("bm25_rerank_depths") or []) if split == "test" else []
+    inputs = {"data": Ref("data", dataset=dataset), "model": Ref("model", name), "index": Ref("index", name, dataset)}
+    if depths:
+        inputs["bm25_run"] = Ref("system", "bm25", dataset)
+    return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset, inputs=inputs,
+               gpu=wants_gpu(cfg, name), keys=("evaluate.depth",), params={"depths": depths, "split": split},
+               systems=(name, *(f"{name}.bm25-m{k}" for k in depths)))
+
+
+def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    return train(ctx, out, inputs["negatives"])
+
+
+def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Encode the corpus with the passage encoder; faiss index of spec ``methods.dpr.index``."""
+    from harness.artifacts import write_docids
+    from harness.indexes import parse_spec
+    from harness.indexes.faiss_dense import DenseFaissIndex
+
+    spec = ctx.mcfg.get("index", "faiss:Flat")
+    _, factory = parse_spec(spec)
+    model = BiEncoder.load(ctx, inputs["model"])
+    docs = list(store.iter_corpus(inputs["data"]))
+    t0 = time.perf_counter()
+    vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])
+    t_enc = time.perf_counter() - t0
+    index = DenseFaissIndex.build(factory, vecs)
+    build_seconds = time.perf_counter() - t0
+    index.save(out)
+    write_docids(out, [d.id for d in docs])
+    return {"spec": spec, "documents": len(docs), "dim": int(vecs.shape[1]), "encode_seconds": t_enc,
+            "build_seconds": build_seconds}
+
+
+def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """The ``dpr`` run and the BM25 + DPR (m) re-rankings, one model load and one question encoding."""
+    from harness.artifacts import hits_from_rows, write_run_with_meta
+    from harness.methods.rerank import rerank
+    from harness.runs import read_run
+
+    queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
+    k = ctx.cfg["evaluate"]["depth"]
+    t0 = time.perf_counter()
+    s = Searcher(ctx, inputs["index"], inputs["model"])
+    scores, rows = s.search(s.encode([q.text for q in queries]), k)
+    hits = hits_from_rows(s.docids, [q.id for q in queries], scores, rows)
+    write_run_with_meta(out / f"{job.systems[0]}.trec", hits, system=job.systems[0], meta={
+        "dataset": job.dataset, "depth": k, "seconds": round(time.perf_counter() - t0, 3),
+        "note": "wall time of loading, encoding and searching; efficiency figures are in metrics/"})
+    depths = list(job.params.get("depths") or [])
+    if depths:
+        docs = {d.id: d for d in store.iter_corpus(inputs["data"])}
+        t1 = time.perf_counter()
+        res = rerank(read_run(inputs["bm25_run"] / "bm25.trec"), queries, depths, docs, s.model.encode_questions,
+                     lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds]))
+        seconds = time.perf_counter() - t1
+        for m_ in depths:
+            system = f"{job.systems[0]}.bm25-m{m_}"
+            write_run_with_meta(out / f"{system}.trec", res[m_], system=system, meta={
+                "dataset": job.dataset, "depth": k, "rerank_depth": m_, "seconds": round(seconds, 3),
+                "note": "BM25 top m re-scored by the trained DPR encoders; seconds cover all depths"})
+    return {"queries": len(queries)}

@@ -23,23 +23,20 @@ Commands: ``python -m harness.methods.reader {train,em} ...``.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import random
 import re
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from harness.datasets import Doc, Query, store
-from harness.errors import ConfigError, DataError, HarnessError
+from harness.errors import ConfigError, DataError
 from harness.evaluate import qa
 from harness.methods.base import Context
+from harness.plan import Job, Ref
+
+SCHEMA = "reader.schema.yaml"
 
 HEADS_FILE = "heads.pt"
 ENCODER_DIR = "encoder"
@@ -51,16 +48,9 @@ DEFAULTS: dict[str, Any] = {
 
 
 def settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    if "reader" not in cfg["methods"]:
-        raise ConfigError("config has no methods.reader section (the extractive reader for EM)")
-    return {**DEFAULTS, **cfg["methods"]["reader"]}
-
-
-def reader_systems(cfg: Mapping[str, Any]) -> list[str]:
-    """Systems whose runs the reader reads (their metrics get ``em``); [] when the reader is off."""
-    if "reader" not in cfg["methods"] or not cfg["methods"]["reader"].get("enabled", True):
-        return []
-    return list(settings(cfg)["systems"])
+    if not cfg.get("reader"):
+        raise ConfigError("config has no reader section (the extractive reader for EM)")
+    return {**DEFAULTS, **cfg["reader"]}
 
 
 def _torch(ctx: Context):
@@ -210,15 +200,13 @@ def _span_tokens(offsets, mask, char_span: tuple[int, int], shift: int) -> tuple
 def training_instances(ctx: Context, run_path: Path) -> tuple[list[tuple[Query, str, list[str]]], dict[str, Any]]:
     """(question, positive passage id, negative ids) per usable training question, and counts."""
     from harness.runs import read_run
+    from harness.train import subsample
 
     s = settings(ctx.cfg)
     seed = ctx.cfg["seed"]
     folder = ctx.data_dir(s["train_dataset"])
     rule = ctx.cfg["datasets"][s["train_dataset"]].get("answer_rule", "dpr-string")
-    queries = [q for q in store.read_queries(folder, "train") if q.answers]
-    if s["max_train_questions"] and s["max_train_questions"] < len(queries):
-        keep = sorted(random.Random(seed).sample(range(len(queries)), s["max_train_questions"]))
-        queries = [queries[i] for i in keep]
+    queries = subsample([q for q in store.read_queries(folder, "train") if q.answers], s["max_train_questions"], seed)
     docs = {d.id: d for d in store.iter_corpus(folder)}
     run = read_run(run_path)
     rng = random.Random(seed)
@@ -250,70 +238,53 @@ def training_instances(ctx: Context, run_path: Path) -> tuple[list[tuple[Query, 
 
 
 def train(ctx: Context, out: Path, run_path: Path) -> dict[str, Any]:
-    """Train the reader on the retriever's run over the training questions; writes it to ``out``."""
+    """Train the reader on the retriever's run over the training questions; writes it to ``out``.
+    The loop is :func:`harness.train.train_loop` (a group of one question is a step here)."""
+    from harness import train as loop
+
     torch = _torch(ctx)
     s = settings(ctx.cfg)
     seed = ctx.cfg["seed"]
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    loop.set_seed(seed)
     instances, stats = training_instances(ctx, run_path)
     if not instances:
         raise DataError(f"{run_path}: no training question has an answer-bearing passage; the reader cannot train")
     docs = {d.id: d for d in store.iter_corpus(ctx.data_dir(s["train_dataset"]))}
     model = Reader.from_backbone(ctx)
-    params = model.parameters()
-    opt = torch.optim.AdamW(params, lr=s["lr"], weight_decay=s["weight_decay"])
-    bs = s["batch_size"]
-    total = max(1, int(round(math.ceil(len(instances) / bs) * s["epochs"])))
-    warm = int(total * s["warmup_ratio"])
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: (t + 1) / max(1, warm) if t < warm else max(0.0, (total - t) / max(1, total - warm)))
-    rng = random.Random(seed)
-    losses: list[float] = []
-    step, t0, no_span = 0, time.perf_counter(), 0
-    model.train()
+    ts = loop.TrainSettings.from_config(s, min_batch=1)
+    device = loop.resolve_device(ts.device)
     ce = torch.nn.functional.cross_entropy
-    while step < total:
-        order = list(range(len(instances)))
-        rng.shuffle(order)
-        for i in range(0, len(order), bs):
-            if step >= total:
-                break
-            group = [instances[j] for j in order[i:i + bs]]
-            qtexts, gdocs, firsts = [], [], []
-            for q, pos, negs in group:
-                firsts.append(len(gdocs))
-                for d in [pos] + negs:  # the positive first in each question's group
-                    qtexts.append(q.text)
-                    gdocs.append(docs[d])
-            enc, offsets, mask, starts = model.batch(qtexts, gdocs)
-            score, start, end = model.forward(enc)
-            neg = torch.finfo(start.dtype).min
-            loss = torch.zeros(())
-            used = len(group)
-            for (q, pos, negs), f in zip(group, firsts):
-                loss = loss + ce(score[f:f + 1 + len(negs)][None], torch.zeros(1, dtype=torch.long))
-                span = _span_tokens(offsets[f], mask[f], find_answer(docs[pos].text, q.answers), starts[f])
-                if span is not None:
-                    st = start[f].masked_fill(~mask[f], neg)
-                    en = end[f].masked_fill(~mask[f], neg)
-                    loss = loss + ce(st[None], torch.tensor([span[0]])) + ce(en[None], torch.tensor([span[1]]))
-                else:
-                    no_span += 1  # the answer lies beyond the truncated passage: selection loss only
-            (loss / max(1, used)).backward()
-            torch.nn.utils.clip_grad_norm_(params, 2.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad()
-            losses.append(float(loss.detach()) / max(1, used))
-            step += 1
-            if step % 50 == 0 or step == total:
-                r = losses[-50:]
-                print(f"step {step}/{total} loss {sum(r) / len(r):.4f} {time.perf_counter() - t0:.0f}s", flush=True)
-    model.save(out)
-    return {"steps": step, "instances": len(instances), **stats, "answers_truncated": no_span,
-            "seconds": time.perf_counter() - t0, "loss_first": losses[:5], "loss_last": losses[-5:],
+    no_span = 0
+
+    def step_fn(group: list[tuple[Query, str, list[str]]], step: int, rng: random.Random):
+        nonlocal no_span
+        qtexts, gdocs, firsts = [], [], []
+        for q, pos, negs in group:
+            firsts.append(len(gdocs))
+            for d in [pos] + negs:  # the positive first in each question's group
+                qtexts.append(q.text)
+                gdocs.append(docs[d])
+        enc, offsets, mask, starts = model.batch(qtexts, gdocs)
+        score, start, end = model.forward(enc.to(device))
+        dmask = mask.to(device)
+        neg = torch.finfo(start.dtype).min
+        loss = torch.zeros((), device=score.device)
+        for (q, pos, negs), f in zip(group, firsts):
+            loss = loss + ce(score[f:f + 1 + len(negs)][None], torch.zeros(1, dtype=torch.long, device=score.device))
+            span = _span_tokens(offsets[f], mask[f], find_answer(docs[pos].text, q.answers), starts[f])
+            if span is not None:
+                st = start[f].masked_fill(~dmask[f], neg)
+                en = end[f].masked_fill(~dmask[f], neg)
+                loss = loss + ce(st[None], torch.tensor([span[0]], device=st.device)) \
+                    + ce(en[None], torch.tensor([span[1]], device=en.device))
+            else:
+                no_span += 1  # the answer lies beyond the truncated passage: selection loss only
+        return loss / max(1, len(group)), {}
+
+    info = loop.train_loop(instances, step_fn, model.parameters(), settings=ts, seed=seed, out=out,
+                           save=model.save, modules=[model.enc, model.heads])
+    return {"steps": info["steps"], "instances": len(instances), **stats, "answers_truncated": no_span,
+            "seconds": info["seconds"], "loss_first": info["loss_first"], "loss_last": info["loss_last"],
             "backbone": s["backbone"], "params": model.n_params(), "retriever_run": str(run_path)}
 
 
@@ -353,82 +324,63 @@ def exact_match_of_runs(ctx: Context, model_dir: Path, runs: Mapping[str, Path],
 
 
 # --------------------------------------------------------------------------------------------
-# command line
+# jobs (harness/plan.py): the reader is an answer-extraction step over any system's run
 
 
-def _cmd_train(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
-    from harness.config import section_hash
-    from harness.io import atomic_path
-    from harness.meta import write_meta
+def declare(cfg: Mapping[str, Any], name: str = "reader") -> list[Job]:
+    """The training run (``reader.retriever``'s default search over the training questions, a
+    search job of the retriever's own module), the reader model, and EM of every system of
+    ``reader.systems`` on each of ``reader.datasets`` (default: the training dataset)."""
+    from harness.methods import method_module
+    from harness.methods.base import wants_gpu
 
-    ctx = Context(cfg, "reader")
-    t0 = time.perf_counter()
-    with atomic_path(a.out) as tmp:
-        tmp.mkdir()
-        info = train(ctx, tmp, a.run)
-        write_meta(tmp, "model", spec="reader", config_hash=section_hash(cfg, "methods.reader", "seed"),
-                   seconds=time.perf_counter() - t0, extra=info)
-    print(f"trained reader: {info['steps']} steps on {info['instances']} questions in {time.perf_counter() - t0:.1f}s")
-    return 0
-
-
-def _cmd_em(a: argparse.Namespace, cfg: dict[str, Any]) -> int:
-    from harness.io import write_json
-    from harness.meta import hardware, versions
-
-    if not len(a.systems) == len(a.run) == len(a.out):
-        raise ConfigError("reader em: give one --run and one --out per --systems entry")
-    ctx = Context(cfg, "reader", a.dataset)
     s = settings(cfg)
-    device = "cpu"  # the reader runs on the CPU (no GPU code path yet)
-    results = exact_match_of_runs(ctx, a.model, dict(zip(a.systems, a.run)), a.dataset)
-    for system, run, out in zip(a.systems, a.run, a.out):
+    td, retriever, gpu = s["train_dataset"], s["retriever"], wants_gpu(cfg, name)
+    train_run = method_module(retriever).search_job(cfg, retriever, td, split="train")
+    keys = tuple(f"{name}.{k}" for k in sorted(cfg[name]) if k not in ("systems", "datasets", "enabled",
+                                                                        "encode_batch_size", "torch_threads"))
+    jobs = [train_run,
+            Job("train", name, name, "train_step", gpu=gpu, keys=(*keys, "seed"), params={"run": train_run.systems[0]},
+                inputs={"data": Ref("data", dataset=td), "run": Ref("run", train_run.id, td)})]
+    for d in s.get("datasets") or [td]:
+        jobs.append(Job("measure", f"{name}.em", name, "measure_em", d, gpu=gpu, systems=tuple(s["systems"]),
+                        keys=(f"{name}.systems", f"{name}.top_k", f"{name}.max_test_questions", "seed"),
+                        inputs={"data": Ref("data", dataset=d), "model": Ref("model", name),
+                                **{f"run_{i}": Ref("system", sys_, d) for i, sys_ in enumerate(s["systems"])}}))
+    return jobs
+
+
+def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    info = train(ctx, out, inputs["run"] / f"{job.params['run']}.trec")
+    print(f"trained reader: {info['steps']} steps on {info['instances']} questions")
+    return info
+
+
+def measure_em(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Reader EM (and its parameter count) over the top-k passages of each system's run."""
+    from harness.io import write_json
+    from harness.meta import device_info, hardware, versions
+
+    s = settings(ctx.cfg)
+    device = "cpu"  # the reader predicts on the CPU (no GPU code path)
+    runs = {system: inputs[f"run_{i}"] / f"{system}.trec" for i, system in enumerate(job.systems)}
+    results = exact_match_of_runs(ctx, inputs["model"], runs, str(job.dataset))
+    for system, run in runs.items():
         res = results[system]
         sample = (f"a seeded sample of {res['questions']} of {res['test_questions']} test questions"
                   if res["questions"] < res["test_questions"] else f"all {res['questions']} test questions")
-        write_json(out, {
-            "system": system, "dataset": a.dataset,
+        write_json(out / f"{system}.json", {
+            "system": system, "dataset": job.dataset,
             "values": {
                 "em": {"value": res["em"], "unit": "ratio", "device": device,
                        "what": f"reader EM (SQuAD normalisation) over the top {res['top_k']} passages of the run; {sample}"},
                 "reader_params_millions": {"value": res["params"] / 1e6, "unit": "count", "device": device,
                                            "what": f"parameters of the reader ({s['backbone']}), in millions"},
             },
-            "reader": {"backbone": s["backbone"], "model": str(a.model), "run": str(run), "top_k": res["top_k"],
+            "reader": {"backbone": s["backbone"], "model": str(inputs["model"]), "run": str(run), "top_k": res["top_k"],
                        "questions": res["questions"], "test_questions": res["test_questions"]},
-            "seconds": res["seconds"], "hardware": hardware(), "versions": versions(),
+            "seconds": res["seconds"], "device_info": device_info(device), "hardware": hardware(), "versions": versions(),
             "predictions": res["predictions"][:50],
         })
-        print(f"reader EM {system}/{a.dataset}: {res['em']:.4f} on {res['questions']} questions")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from harness.config import add_config_argument, load_config
-
-    ap = argparse.ArgumentParser(prog="python -m harness.methods.reader", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("train", help="train the reader on a retriever's run over the training questions")
-    add_config_argument(p)
-    p.add_argument("--run", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("em", help="reader EM over the top-k passages of a system's run")
-    add_config_argument(p)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--systems", nargs="+", required=True)
-    p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--run", type=Path, nargs="+", required=True, help="one run per system")
-    p.add_argument("--out", type=Path, nargs="+", required=True, help="one metrics part per system")
-    a = ap.parse_args(argv)
-    cfg = load_config(a.config)
-    try:
-        return {"train": _cmd_train, "em": _cmd_em}[a.cmd](a, cfg)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    from harness.methods import reader as _reader  # run the canonical module, not a copy named __main__
-
-    sys.exit(_reader.main())
+        print(f"reader EM {system}/{job.dataset}: {res['em']:.4f} on {res['questions']} questions")
+    return {}

@@ -49,6 +49,7 @@ import numpy as np
 from harness.datasets import Doc, Query, store
 from harness.errors import ConfigError, DataError
 from harness.methods.base import Context
+from harness.plan import Job, Ref
 
 # Keys of a method section that change the trained weights (hashes, ablation reuse).
 TRAIN_KEYS = (
@@ -511,7 +512,7 @@ def contrastive(a, b, temperature: float = 1.0):
 
     n = a.shape[0]
     scores = a @ b.T / temperature
-    target = torch.arange(n)
+    target = torch.arange(n, device=scores.device)
     return F.cross_entropy(scores, target) + F.cross_entropy(scores[:, :n].T, target)
 
 
@@ -602,82 +603,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path | None = None) -> dict[
 # --------------------------------------------------------------------------------------------
 # embedding index E_θ(D): sparse top-k vectors, stored sparse
 # --------------------------------------------------------------------------------------------
-class SparseEmbeddingIndex:
-    """E_θ(D) as a scipy CSR [n_docs, vocab] float32 (spec ``sparse-csr``); exact inner-product
-    top-k by sparse matrix products (the paper uses torch.sparse; same scores)."""
-
-    def __init__(self, matrix, docids: list[str]) -> None:
-        self.matrix = matrix.tocsr()
-        self.docids = docids
-        self._by_dim = None  # [vocab, n_docs] CSR, made once (format conversion stays outside timed searches)
-
-    @property
-    def by_dim(self):
-        if self._by_dim is None:
-            self._by_dim = self.matrix.T.tocsr()
-        return self._by_dim
-
-    @property
-    def nbytes(self) -> int:
-        m = self.matrix
-        return int(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes)
-
-    def save(self, folder: Path) -> None:
-        import scipy.sparse as sp
-
-        sp.save_npz(Path(folder) / EMB_INDEX_FILE, self.matrix, compressed=False)
-        _write_docids(folder, [Doc(d, "", "") for d in self.docids])
-
-    @classmethod
-    def load(cls, folder: Path) -> SparseEmbeddingIndex:
-        import scipy.sparse as sp
-
-        path = Path(folder) / EMB_INDEX_FILE
-        if not path.exists():
-            raise DataError(f"{path} does not exist; run rule vdr_emb_index first")
-        m = sp.load_npz(path).tocsr()
-        docids = _read_docids(folder)
-        if len(docids) != m.shape[0]:
-            raise DataError(f"{folder}: {len(docids)} doc ids for {m.shape[0]} vectors", fix="rebuild the index")
-        return cls(m, docids)
-
-    def search(self, queries, k: int, batch: int = 256) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k of <query, E(d)> (scores desc, ties by lower row); queries: CSR [B, vocab]."""
-        import scipy.sparse as sp
-
-        q = sp.csr_matrix(queries, dtype=np.float32)
-        if q.shape[1] != self.matrix.shape[1]:
-            raise ConfigError(f"queries have {q.shape[1]} dims, the index {self.matrix.shape[1]}")
-        ts = self.by_dim
-        out_s, out_i = [], []
-        for i in range(0, q.shape[0], batch):
-            scores = (q[i : i + batch] @ ts).toarray()
-            s_, i_ = topk_rows(scores, k)
-            out_s.append(s_)
-            out_i.append(i_)
-        if not out_s:
-            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
-        return np.concatenate(out_s), np.concatenate(out_i)
-
-
-def topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top k of every row: scores desc, equal scores by the lower column; (-inf, -1) padding."""
-    n_q, n = scores.shape
-    kk = min(k, n)
-    out_s = np.full((n_q, k), -np.inf, np.float32)
-    out_i = np.full((n_q, k), -1, np.int64)
-    for r in range(n_q):
-        s = scores[r].astype(np.float32)
-        if kk < n:
-            kth = -np.partition(-s, kk - 1)[kk - 1]
-            cand = np.concatenate([np.flatnonzero(s > kth), np.flatnonzero(s == kth)[: kk - int((s > kth).sum())]])
-        else:
-            cand = np.arange(n)
-        order = np.lexsort((cand, -s[cand]))
-        cand = cand[order]
-        out_s[r, :kk] = s[cand]
-        out_i[r, :kk] = cand
-    return out_s, out_i
+from harness.indexes.sparse_csr import SparseEmbeddingIndex, topk_rows  # noqa: F401
 
 
 def build_emb_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
@@ -801,29 +727,22 @@ class NegativeRetriever:
 
 def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_dir: Path | None = None,
           ablation: str | None = None) -> dict[str, Any]:
-    """Train E_θ on the train split of ``train_dataset``; writes the model to ``out``."""
+    """Train E_θ on the train split of ``train_dataset``; writes the model to ``out``. The loop is
+    :func:`harness.train.train_loop`; the step below adds the in-training beta-search negatives."""
+    from harness import train as loop
+
     s = settings(ctx.mcfg, ablation, ctx.method)
-    torch = _torch(int(s["torch_threads"]))
+    _torch(int(s["torch_threads"]))
     seed = ctx.cfg["seed"]
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    loop.set_seed(seed)
     rng = random.Random(seed)
     tctx = Context(ctx.cfg, ctx.method, s["train_dataset"])
-    examples = _training_examples(tctx, negatives_file)
-    if s.get("max_train_questions") and s["max_train_questions"] < len(examples):
-        keep = sorted(random.Random(seed + 1).sample(range(len(examples)), s["max_train_questions"]))
-        examples = [examples[i] for i in keep]
+    examples = loop.subsample(_training_examples(tctx, negatives_file), s.get("max_train_questions"), seed)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
     enc = VDRModel.from_backbone(ctx.cfg, s)
-    params = enc.parameters()
-    opt = torch.optim.AdamW(params, lr=s["lr"], weight_decay=s["weight_decay"])
-    bs, n_hard = int(s["batch_size"]), int(s["hard_negatives"])
-    steps_per_epoch = math.ceil(len(examples) / bs)
-    total = max(1, round(steps_per_epoch * s["epochs"]))
-    warm = int(total * s["warmup_ratio"])
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda st: (st + 1) / max(1, warm) if st < warm else max(0.0, (total - st) / max(1, total - warm)))
+    ts = loop.TrainSettings.from_config(s, log_every=20)
+    n_hard = int(s["hard_negatives"])
+    total = loop.total_steps(len(examples), ts.batch_size, ts.epochs, ts.grad_accum)
     retrieval_step = total if n_hard == 0 or s["retrieval_start"] >= 1.0 else math.floor(s["retrieval_start"] * total)
     retriever = None
     index_info: dict[str, Any] = {}
@@ -845,53 +764,35 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
         rule = ctx.cfg["datasets"][s["train_dataset"]].get("answer_rule", "dpr-string")
         retriever = NegativeRetriever(index, docids, {d: docs[d].text for d in docids}, rule,
                                       s["retrieval_top_m"], rng)
-    losses: list[float] = []
-    step, t0 = 0, time.perf_counter()
     doc_ids = list(docs)
-    enc.train()
-    while step < total:
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        for i in range(0, len(order), bs):
-            if step >= total:
-                break
-            batch = [examples[j] for j in order[i : i + bs]]
-            if len(batch) < 2:
-                continue
-            questions = [q for q, _ in batch]
-            qtexts = [enc.question(q.text) for q in questions]
-            pids = [q.gold[0] for q in questions]
-            if n_hard:
-                if retriever is not None and step >= retrieval_step:
-                    enc.eval()
-                    qv = enc.embed_questions(qtexts)
-                    enc.train()
-                    pids += retriever.negatives(qv, questions, set(pids))
-                else:  # BM25 negative (DPR: first one that is not a positive of the batch), else random
-                    for q, negs in batch:
-                        pool_ = [d for d in negs if d not in pids] or [rng.choice(doc_ids)]
-                        pids.append(pool_[0])
-            qb = enc.q.tokenize(qtexts, s["q_max_len"])
-            pb = enc.p.tokenize([passage_text(docs[p]) for p in pids], s["p_max_len"])
-            eq = enc.q.pooled(qb, grad=True)
-            ep = enc.p.pooled(pb, grad=True)
-            loss = svdr_loss(s, eq, ep, enc.q.topk_mask(eq, qb["input_ids"]), enc.p.topk_mask(ep, pb["input_ids"]),
-                             enc.q.binary(qb["input_ids"]), enc.p.binary(pb["input_ids"]))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 2.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad()
-            losses.append(loss.item())
-            step += 1
-            if step % 20 == 0 or step == total:
-                recent = losses[-20:]
-                print(f"step {step}/{total} loss {sum(recent) / len(recent):.4f} {time.perf_counter() - t0:.0f}s",
-                      flush=True)
-    enc.save(out)
+
+    def step_fn(batch: list[tuple[Query, list[str]]], step: int, rng: random.Random):
+        questions = [q for q, _ in batch]
+        qtexts = [enc.question(q.text) for q in questions]
+        pids = [q.gold[0] for q in questions]
+        if n_hard:
+            if retriever is not None and step >= retrieval_step:
+                enc.eval()
+                qv = enc.embed_questions(qtexts)
+                enc.train()
+                pids += retriever.negatives(qv, questions, set(pids))
+            else:  # BM25 negative (DPR: first one that is not a positive of the batch), else random
+                for q, negs in batch:
+                    pool_ = [d for d in negs if d not in pids] or [rng.choice(doc_ids)]
+                    pids.append(pool_[0])
+        qb = enc.q.tokenize(qtexts, s["q_max_len"])
+        pb = enc.p.tokenize([passage_text(docs[p]) for p in pids], s["p_max_len"])
+        eq = enc.q.pooled(qb, grad=True)
+        ep = enc.p.pooled(pb, grad=True)
+        loss = svdr_loss(s, eq, ep, enc.q.topk_mask(eq, qb["input_ids"]), enc.p.topk_mask(ep, pb["input_ids"]),
+                         enc.q.binary(qb["input_ids"]), enc.p.binary(pb["input_ids"]))
+        return loss, {}
+
+    res = loop.train_loop(examples, step_fn, enc.parameters(), settings=ts, seed=seed, out=out, save=enc.save,
+                          modules=[enc], rng=rng)
     info: dict[str, Any] = {
-        "steps": step, "examples": len(examples), "train_dataset": s["train_dataset"], "ablation": ablation,
-        "seconds": time.perf_counter() - t0, "loss_first": losses[:5], "loss_last": losses[-5:],
+        "steps": res["steps"], "examples": len(examples), "train_dataset": s["train_dataset"], "ablation": ablation,
+        "seconds": res["seconds"], "loss_first": res["loss_first"], "loss_last": res["loss_last"],
         "backbone": s["backbone"], "settings": train_signature(s), "retrieval_from_step": retrieval_step,
     }
     if retriever is not None:
@@ -905,3 +806,287 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
 
 def describe(model_dir: Path) -> dict[str, Any]:
     return json.loads((Path(model_dir) / "meta.json").read_text())
+
+
+# --------------------------------------------------------------------------------------------
+# jobs (harness/plan.py): what methods.svdr / methods.vdr produce, and the steps that produce it
+# --------------------------------------------------------------------------------------------
+SCHEMA = "vdr.schema.yaml"
+#: keys of the section that never change a trained model
+NOT_MODEL = ("rerank_depths", "ablations", "ablation_overrides", "ablation_datasets", "latency", "intrain",
+             "synthetic", "efficiency_datasets")
+
+
+def _family(cfg: Mapping[str, Any]) -> list[str]:
+    """Enabled methods served by this module, in name order (svdr before vdr)."""
+    from harness.methods import METHODS
+
+    return sorted(n for n, mc in cfg["methods"].items()
+                  if n in METHODS and METHODS.get(n) == __name__ and mc.get("enabled", True))
+
+
+def _token_owner(cfg: Mapping[str, Any], name: str) -> str:
+    """The family method whose token index this one shares (same tokenizer, length, skip_vocab)."""
+    want = {k: settings(cfg["methods"][name], None, name)[k] for k in TOKEN_INDEX_KEYS}
+    for other in _family(cfg):
+        if {k: settings(cfg["methods"][other], None, other)[k] for k in TOKEN_INDEX_KEYS} == want:
+            return other
+    return name
+
+
+def model_id(cfg: Mapping[str, Any], name: str, ablation: str | None) -> str:
+    """Model id of a method's main model or ablation: an ablation whose training settings equal an
+    enabled family method's main model (``ref`` = svdr and ``nosp`` = vdr when ablation_overrides is
+    empty), or an earlier ablation's, reuses that model."""
+    if ablation is None:
+        return name
+    want = train_signature(settings(cfg["methods"][name], ablation, name))
+    for other in _family(cfg):
+        if train_signature(settings(cfg["methods"][other], None, other)) == want:
+            return other
+    for a in cfg["methods"][name].get("ablations") or {}:
+        if a == ablation:
+            break
+        if train_signature(settings(cfg["methods"][name], a, name)) == want:
+            return f"{name}.abl-{a}"
+    return f"{name}.abl-{ablation}"
+
+
+def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
+    """Models ``<m>`` and ``<m>.abl-<a>`` (Figure 3 ablations), the token index ``<owner>.token``
+    (shared by methods with the same tokenizer settings) and the embedding index ``<m>.emb``; one
+    search job per dataset (systems <m>.full|alpha|beta|beta-m<k>), one per ablation model on the
+    ablation datasets (<m>.abl-<a>-full|beta), and the efficiency figures on the efficiency datasets."""
+    from harness.methods.base import training_keys, wants_gpu
+
+    mc = cfg["methods"][name]
+    s = settings(mc, None, name)
+    td, gpu, m = s["train_dataset"], wants_gpu(cfg, name), f"methods.{name}"
+    tok = f"{_token_owner(cfg, name)}.token"
+    model_keys = training_keys(cfg, name, exclude=NOT_MODEL)
+    jobs = [Job("index", tok, _token_owner(cfg, name), "build_token", inputs={"data": Ref("data")},
+                keys=tuple(f"methods.{_token_owner(cfg, name)}.{k}" for k in TOKEN_INDEX_KEYS), mem_mb=4000),
+            Job("train", name, name, "train_step", gpu=gpu, keys=model_keys,
+                inputs={"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td),
+                        "token_index": Ref("index", tok, td)}),
+            Job("index", f"{name}.emb", name, "build_emb", gpu=gpu, keys=(f"{m}.topk", f"{m}.activate_lexical"),
+                inputs={"data": Ref("data"), "model": Ref("model", name)})]
+    ablations = list(mc.get("ablations") or {})
+    for a in ablations:
+        mid = model_id(cfg, name, a)
+        if mid.startswith(f"{name}.abl-"):
+            jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"ablation": a},
+                            keys=(*model_keys, f"{m}.ablation_overrides", f"{m}.ablations.{a}"),
+                            inputs={"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td),
+                                    "token_index": Ref("index", tok, td)}))
+    jobs += [search_job(cfg, name, d) for d in mc.get("datasets", [])]
+    for d in (mc.get("ablation_datasets") or [td]) if ablations else []:
+        for a in ablations:
+            mid = model_id(cfg, name, a)
+            jobs.append(Job("search", f"{name}.abl-{a}", name, "run_ablation_search", d, gpu=gpu,
+                            keys=("evaluate.depth",), params={"ablation": a},
+                            inputs={"data": Ref("data", dataset=d), "model": Ref("model", mid),
+                                    "token_index": Ref("index", tok, d)},
+                            systems=(f"{name}.abl-{a}-full", f"{name}.abl-{a}-beta")))
+    lat = mc.get("latency") or {}
+    for d in mc.get("efficiency_datasets") or [td]:
+        jobs.append(Job("measure", f"{name}.index", name, "measure_index", d, mem_mb=2000,
+                        inputs={"token_index": Ref("index", tok, d), "emb_index": Ref("index", f"{name}.emb", d)},
+                        systems=(f"{name}.index", f"{name}.index-token", f"{name}.index-emb")))
+        if lat:
+            ldepths = sorted(lat.get("rerank_depths") or [])
+            jobs.append(Job("measure", f"{name}.latency", name, "measure_latency", d, gpu=gpu,
+                            keys=("timing", "evaluate.depth", f"{m}.latency"),
+                            inputs={"data": Ref("data", dataset=d), "model": Ref("model", name)},
+                            systems=tuple(f"{name}.lat-{r}" for r in
+                                          ("full", "alpha", "beta", *(f"beta-m{k}" for k in ldepths)))))
+        base = lat.get("baselines") or []
+        if base:
+            jobs.append(Job("measure", f"{name}.lat-baselines", name, "measure_baselines", d,
+                            keys=("timing", "evaluate.depth", f"{m}.latency.baselines"),
+                            inputs={"data": Ref("data", dataset=d), "bm25_index": Ref("index", "bm25", d),
+                                    "dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", d)},
+                            systems=tuple(f"{name}.lat-{b}" for b in base)))
+        if mc.get("intrain"):
+            jobs.append(Job("measure", f"{name}.intrain", name, "measure_intrain", d,
+                            keys=("timing", f"{m}.intrain", f"{m}.batch_size", f"{m}.retrieval_top_m"),
+                            inputs={"data": Ref("data", dataset=d), "model": Ref("model", name),
+                                    "token_index": Ref("index", tok, d), "bm25_index": Ref("index", "bm25", d),
+                                    "dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", d)},
+                            systems=tuple(f"{name}.intrain-{x}" for x in ("bm25", "dpr", "beta"))))
+        if mc.get("synthetic"):
+            syn = {**SYNTHETIC_DEFAULTS, **mc["synthetic"]}
+            jobs.append(Job("measure", f"{name}.synthetic", name, "measure_synthetic", d,
+                            keys=("seed", "timing", f"{m}.synthetic"),
+                            systems=(*(f"{name}.synth-a{a}" for a in syn["densities"]),
+                                     *(f"{name}.synth-bs{b}" for b in syn["batch_sizes"]))))
+    return jobs
+
+
+def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test") -> Job:
+    """Systems <m>.full|alpha|beta|beta-m<k> on ``dataset`` from one model load; on another split
+    (the reader's training passages) the beta search alone."""
+    from harness.methods.base import wants_gpu
+
+    depths = sorted(cfg["methods"][name].get("rerank_depths") or []) if split == "test" else []
+    variants = (*SEARCH_VARIANTS, *(f"beta-m{k}" for k in depths)) if split == "test" else ("beta",)
+    tok = f"{_token_owner(cfg, name)}.token"
+    return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
+               gpu=wants_gpu(cfg, name), params={"depths": depths, "split": split},
+               keys=("evaluate.depth", f"methods.{name}.rerank_depths"),
+               inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", name),
+                       "token_index": Ref("index", tok, dataset), "emb_index": Ref("index", f"{name}.emb", dataset)},
+               systems=tuple(f"{name}.{v}" for v in variants))
+
+
+def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    return train(ctx, out, inputs["negatives"], token_index_dir=inputs["token_index"],
+                 ablation=job.params.get("ablation"))
+
+
+def build_token(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """T(D): the binary token index (spec token-csr; the tokenizer only). ``build_seconds``
+    excludes reading the corpus and writing the file."""
+    s = settings(ctx.mcfg, method=ctx.method)
+    tok = _tokenizer(ctx.cfg, s)
+    docs = list(store.iter_corpus(inputs["data"]))
+    t0 = time.perf_counter()
+    index = build_token_index(tok, docs, s["p_max_len"], s["skip_vocab"])
+    build_seconds = time.perf_counter() - t0
+    index.save(out / TOKEN_INDEX_FILE)
+    _write_docids(out, docs)
+    return {"spec": "token-csr", "documents": len(docs), "vocab_size": index.vocab_size, "nnz": index.nnz,
+            "density": index.nnz / max(1, index.n_docs * (index.vocab_size - s["skip_vocab"])),
+            "memory_bytes": index.nbytes, "disk_bytes": (out / TOKEN_INDEX_FILE).stat().st_size,
+            "build_seconds": build_seconds, "max_length": s["p_max_len"], "skip_vocab": s["skip_vocab"],
+            "tokenizer": s["backbone"]}
+
+
+def _emb_index(enc: VDRModel, docs: Sequence[Doc]) -> tuple[SparseEmbeddingIndex, float]:
+    t0 = time.perf_counter()
+    matrix = enc.encode_passages(docs)
+    return SparseEmbeddingIndex(matrix, [d.id for d in docs]), time.perf_counter() - t0
+
+
+def build_emb(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """E_θ(D): the embedding index (sparse top-k vectors, spec sparse-csr). ``build_seconds`` =
+    encoding + CSR assembly (reading the corpus and writing the file excluded)."""
+    enc = VDRModel.load(inputs["model"], ctx.mcfg.get("torch_threads"))
+    docs = list(store.iter_corpus(inputs["data"]))
+    index, build_seconds = _emb_index(enc, docs)
+    index.save(out)
+    m = index.matrix
+    return {"spec": "sparse-csr", "documents": len(docs), "vocab_size": enc.vocab, "nnz": int(m.nnz),
+            "density": m.nnz / max(1, m.shape[0] * enc.dims), "memory_bytes": index.nbytes,
+            "disk_bytes": (out / EMB_INDEX_FILE).stat().st_size, "build_seconds": build_seconds,
+            "topk": enc.s["topk"], "activate_lexical": enc.s["activate_lexical"], "dtype": "float32"}
+
+
+def _write_system(out: Path, system: str, qids: Sequence[str], docids: Sequence[str], scores, rows,
+                  dataset: str | None, **meta: Any) -> None:
+    from harness.artifacts import hits_from_rows, write_run_with_meta
+
+    write_run_with_meta(out / f"{system}.trec", hits_from_rows(docids, qids, scores, rows), system=system,
+                        meta={"dataset": dataset, **meta})
+
+
+def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """full <E(q), E(D)>, alpha <T(q), E(D)>, beta <E(q), T(D)> and beta + re-rank(m) (the top m of
+    the beta run embedded on the fly and re-scored), from one model load and one question encoding."""
+    from harness.artifacts import write_run_with_meta
+    from harness.methods.rerank import rerank
+
+    name, k = job.method, ctx.cfg["evaluate"]["depth"]
+    queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
+    qids, texts = [q.id for q in queries], [q.text for q in queries]
+    enc = VDRModel.load(inputs["model"], ctx.mcfg.get("torch_threads"))
+    t0 = time.perf_counter()
+    eq = enc.encode_questions(texts)
+    tq = enc.binary_questions([enc.question(t) for t in texts])
+    t_enc = time.perf_counter() - t0
+    emb = SparseEmbeddingIndex.load(inputs["emb_index"])
+    tindex, tdocids = load_token_index(inputs["token_index"])
+    searches = {"full": (emb, eq, emb.docids), "alpha": (emb, tq, emb.docids), "beta": (tindex, eq, tdocids)}
+    beta_hits = None
+    for variant, (index, qv, docids) in searches.items():
+        if f"{name}.{variant}" not in job.systems:
+            continue
+        t1 = time.perf_counter()
+        scores, rows = index.search(qv, k)
+        _write_system(out, f"{name}.{variant}", qids, docids, scores, rows, job.dataset, depth=k,
+                      seconds=round(t_enc + time.perf_counter() - t1, 3),
+                      note="question encoding (shared by the variants) + search; protocol timings are in metrics/")
+        if variant == "beta":
+            from harness.artifacts import hits_from_rows
+
+            beta_hits = hits_from_rows(docids, qids, scores, rows)
+    depths = list(job.params.get("depths") or [])
+    if depths and beta_hits is not None:
+        docs = {d.id: d for d in store.iter_corpus(inputs["data"])}
+        t1 = time.perf_counter()
+        res = rerank(beta_hits, queries, depths, docs, enc.encode_questions, enc.encode_passages)
+        seconds = time.perf_counter() - t1
+        for m_ in depths:
+            system = f"{name}.beta-m{m_}"
+            write_run_with_meta(out / f"{system}.trec", res[m_], system=system, meta={
+                "dataset": job.dataset, "depth": k, "rerank_depth": m_, "seconds": round(seconds, 3),
+                "note": "passages of the beta top m embedded on the fly (no embedding index); seconds cover all depths"})
+    return {"queries": len(queries)}
+
+
+def run_ablation_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """An ablation model's full run (its embedding index built in memory: nothing else reads it)
+    and beta run (the shared token index)."""
+    name, a, k = job.method, job.params["ablation"], ctx.cfg["evaluate"]["depth"]
+    queries = store.read_queries(inputs["data"], "test")
+    qids = [q.id for q in queries]
+    enc = VDRModel.load(inputs["model"], ctx.mcfg.get("torch_threads"))
+    eq = enc.encode_questions([q.text for q in queries])
+    emb, _ = _emb_index(enc, list(store.iter_corpus(inputs["data"])))
+    scores, rows = emb.search(eq, k)
+    _write_system(out, f"{name}.abl-{a}-full", qids, emb.docids, scores, rows, job.dataset, depth=k,
+                  model=str(inputs["model"]))
+    tindex, tdocids = load_token_index(inputs["token_index"])
+    scores, rows = tindex.search(eq, k)
+    _write_system(out, f"{name}.abl-{a}-beta", qids, tdocids, scores, rows, job.dataset, depth=k,
+                  model=str(inputs["model"]))
+    return {"queries": len(queries), "ablation": a}
+
+
+def measure_index(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    from harness.methods import svdr_efficiency as eff
+
+    eff.write_index_metrics(ctx, inputs["token_index"], inputs["emb_index"], out / f"{job.method}.index.json")
+    return {}
+
+
+def measure_latency(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    from harness.methods import svdr_efficiency as eff
+
+    eff.latency(ctx, inputs["model"], out)
+    depths = sorted((ctx.mcfg.get("latency") or {}).get("rerank_depths") or [])
+    if depths:
+        eff.latency_rerank(ctx, inputs["model"], out / f"{job.method}.lat-beta.json", depths, out)
+    return {}
+
+
+def measure_baselines(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    from harness.methods import svdr_efficiency as eff
+
+    eff.latency_baselines(ctx, inputs, out)
+    return {}
+
+
+def measure_intrain(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    from harness.methods import svdr_efficiency as eff
+
+    eff.intrain(ctx, inputs["model"], inputs["token_index"], inputs["bm25_index"], inputs["dpr_model"],
+                inputs["dpr_index"], out)
+    return {}
+
+
+def measure_synthetic(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    from harness.methods import svdr_efficiency as eff
+
+    eff.synthetic(ctx, out)
+    return {}

@@ -20,7 +20,7 @@ def _counts(csv_path: Path) -> Counter:
 
 
 def build(cfg: dict, tables: list[Path], claims: Path | None, out: Path) -> str:
-    rel = lambda p: html.escape(os.path.relpath(p, out.parent))  # noqa: E731
+    rel = lambda p: html.escape(os.path.relpath(p, out.parent))
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>Reproduction results</title>",
         "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.2em .6em;"

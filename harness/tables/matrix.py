@@ -9,8 +9,8 @@ with the reason, or "published only".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ MATRIX_DIR = REPO / "configs" / "matrix"
 SCALE = {"%": 100.0, "ratio": 1.0}
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_matrix(paper: str) -> dict[str, Any]:
     path = MATRIX_DIR / f"{paper}.yaml"
     if not path.exists():
@@ -43,10 +43,13 @@ class Cell:
     reason: str = ""
     system: str | None = None
     dataset: str | None = None        # the profile's dataset key
-    source: Path | None = None        # file the measured value comes from
+    source: Path | None = None        # file the measured value comes from (set when filled)
+    sources: list[Path] = field(default_factory=list)   # files that may hold it (first with the value wins)
+    outputs: list[Path] = field(default_factory=list)   # the rule outputs (folders) they live in
     measured: float | None = None
     status: str = ""
     device: str | None = None         # where an efficiency figure was measured (metrics "device")
+    projected: bool = False           # scaled from a measured fraction (metrics "kind": "projected")
 
 
 def split_system(system: str) -> tuple[str, str | None]:
@@ -55,36 +58,44 @@ def split_system(system: str) -> tuple[str, str | None]:
     return method, variant or None
 
 
-def system_runs(cfg: Mapping[str, Any], system: str, dataset: str) -> str | None:
-    """None if ``system`` is measured on ``dataset`` in this profile, else the reason it is not."""
-    name, variant = split_system(system)
-    method = cfg["methods"].get(name)
+def locate(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> tuple[list[Path], list[Path], str | None]:
+    """Where this profile measures ``measure`` of ``system`` on ``dataset``, from the plan: the files
+    that may hold it (an eval file, or the metrics files of every measure job that writes the system),
+    the rule outputs (folders) they live in, and None — or ([], [], why it is not measured)."""
+    from harness import plan as hplan
+
+    name, _ = split_system(system)
+    if dataset not in cfg["datasets"]:
+        return [], [], f"dataset {dataset!r} is not in profile {cfg['profile']}"
+    p = hplan.get(cfg)
+    R = results_root(cfg)
+    if measure.startswith("metric:"):
+        jobs = p.metric_jobs(system, dataset)
+        if not jobs:
+            return [], [], _why(cfg, name, system, dataset, "no measure job writes figures of")
+        dirs = [R / "metrics" / dataset / j.id for j in jobs]
+        return [d / f"{system}.json" for d in dirs], dirs, None
+    job = p.systems().get((system, dataset))
+    if job is None:
+        return [], [], _why(cfg, name, system, dataset, "no search job writes")
+    folder = R / "eval" / dataset / job.id
+    return [folder / f"{system}.json"], [folder], None
+
+
+def _why(cfg: Mapping[str, Any], name: str, system: str, dataset: str, what: str) -> str:
+    method = cfg["methods"].get(name, cfg.get(name))
     if method is None:
         return f"system {system!r} has no methods.{name} section in profile {cfg['profile']}"
     if not method.get("enabled", True):
         return f"methods.{name}.enabled is false in profile {cfg['profile']}"
     if dataset not in method.get("datasets", []):
         return f"{name} is not run on {dataset} in profile {cfg['profile']} (methods.{name}.datasets)"
-    if variant is not None and variant not in method.get("variants", [variant]):
-        return f"variant {variant!r} is not in methods.{name}.variants of profile {cfg['profile']}"
-    return None
+    return f"{what} system {system!r} on {dataset} in profile {cfg['profile']} (`python -m harness plan` lists the jobs)"
 
 
-def eval_path(cfg: Mapping[str, Any], system: str, dataset: str) -> Path:
-    return results_root(cfg) / "eval" / dataset / f"{system}.json"
-
-
-def metrics_path(cfg: Mapping[str, Any], system: str, dataset: str) -> Path:
-    """Efficiency figures of a system: ``{"values": {name: {"value": v, "unit": u}}, ...}``."""
-    return results_root(cfg) / "metrics" / dataset / f"{system}.json"
-
-
-def source_path(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> Path:
-    """Where a measure lives: ``metric:<name>`` in the metrics file, anything else (an
-    ir_measures string such as Success@20 or nDCG@10) in the eval file."""
-    if measure.startswith("metric:"):
-        return metrics_path(cfg, system, dataset)
-    return eval_path(cfg, system, dataset)
+def system_runs(cfg: Mapping[str, Any], system: str, dataset: str, measure: str = "Success@1") -> str | None:
+    """None if ``system`` is measured on ``dataset`` in this profile, else the reason it is not."""
+    return locate(cfg, system, dataset, measure)[2]
 
 
 def column_spec(column: str, tmatrix: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,7 +105,7 @@ def column_spec(column: str, tmatrix: Mapping[str, Any]) -> dict[str, Any]:
     return spec
 
 
-@lru_cache(maxsize=None)
+@cache
 def published(paper: str) -> dict[str, Any]:
     """load_published, parsed and validated once per process (the Snakefile asks per table)."""
     return load_published(paper)
@@ -140,15 +151,15 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
             c.reason = f"no dataset of profile {cfg['profile']} stands in for {label}" + (f": {why}" if why else "")
             continue
         c.dataset = key
-        why = system_runs(cfg, system, key)
+        c.sources, c.outputs, why = locate(cfg, system, key, c.measure)
         if why:
             c.reason = why
             continue
-        c.kind, c.source = "measured", source_path(cfg, system, key, c.measure)
+        c.kind, c.source = "measured", c.sources[0]
     return tinfo, cells
 
 
 def required_inputs(cfg: Mapping[str, Any], paper: str, table: str) -> list[str]:
     """Files a table needs in this profile (the Snakefile's input function)."""
     _, cells = resolve_table(cfg, paper, table)
-    return sorted({str(c.source) for c in cells if c.kind == "measured"})
+    return sorted({str(o) for c in cells if c.kind == "measured" for o in c.outputs})

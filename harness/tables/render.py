@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import add_config_argument, load_config
-from harness.io import atomic_write_text, read_json
+from harness.io import atomic_write_text
+from harness.measured import find
 from harness.tables.matrix import SCALE, Cell, column_spec, load_matrix, resolve_table
-from harness.units import convert
 from harness.tables.published import format_value, load_published
+from harness.units import convert
 
 # paper dataset label -> canonical id of the dataset the paper evaluated on
 PAPER_DATASETS = {
@@ -42,33 +43,28 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
     tinfo, cells = resolve_table(cfg, paper, table)
     tmatrix = load_matrix(paper)["tables"].get(table, {})
     tol = tmatrix.get("tolerance") or load_matrix(paper).get("defaults", {}).get("tolerance") or {"ok": 1.0, "okish": 3.0}
-    cache: dict[Path, dict] = {}
     for c in cells:
         if c.kind != "measured":
             c.status = c.kind
             continue
-        if c.source not in cache and not c.source.exists():  # outside the DAG (which makes it first)
+        found = find(cfg, str(c.system), str(c.dataset), str(c.measure))
+        c.source = found.path or c.source
+        if found.value is None:
             c.kind, c.status = "not run", "not run"
-            c.reason = f"{c.source} is missing: run the rule that produces it"
+            c.reason = found.reason or f"{c.source} has no measure {c.measure}"
             continue
-        res = cache.setdefault(c.source, read_json(c.source))
-        not_run = None
         if c.measure.startswith("metric:"):
-            name = c.measure.removeprefix("metric:")
-            entry = res.get("values", {}).get(name)
-            value = None if entry is None else convert(entry["value"], entry["unit"], c.unit)
-            c.device = None if entry is None else entry.get("device")
-            not_run = res.get("not_run", {}).get(name)  # a metrics file may say why a figure is absent
+            entry = found.raw or {}
+            value = convert(entry["value"], entry["unit"], c.unit)
+            c.device = entry.get("device")
+            c.projected = entry.get("kind") == "projected"
         else:
-            raw = res["measures"].get(c.measure)
-            value = None if raw is None else raw * SCALE.get(c.unit, 1.0)
-        if value is None:
-            c.kind, c.status = "not run", "not run"
-            c.reason = not_run or f"{c.source} has no measure {c.measure}"
-            continue
+            value = found.value * SCALE.get(c.unit, 1.0)
         c.measured = value
         label = column_spec(c.column, tmatrix)["dataset"]
-        if cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label):
+        if c.projected:
+            c.status = "projected"
+        elif cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label):
             c.status = "stand-in"
         elif c.published is None:  # a numeric cell whose value the paper's text lost (note says so)
             c.status = "no published value"
@@ -136,11 +132,15 @@ def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[s
                 diff = "" if c.published is None else f" ({c.measured - c.published:+.1f})"
                 digits = 2 if c.unit in {"ratio", "GB", "MB"} else 1
                 dev = f" ({c.device})" if c.device else ""
+                if c.projected:  # scaled from a measured fraction: never shown as a measurement
+                    vals.append(f"*{_num(c.measured, digits)} projected*{dev} / {_pub(c)} projected")
+                    continue
                 vals.append(f"**{_num(c.measured, digits)}**{dev} / {_pub(c)}{diff} {c.status}")
         out.append("| " + " | ".join([row] + vals) + " |")
     out.append("")
     out.append("Status: OK / OKish / FAIL = within / near / outside the tolerance of the published value on the "
-               "paper's own dataset; stand-in = measured on a substitute dataset (difference not comparable).")
+               "paper's own dataset; stand-in = measured on a substitute dataset (difference not comparable); "
+               "projected = scaled from a measured fraction (e.g. timed batches times the test set), not measured whole.")
     if reasons:
         out.append("")
         out.append("Not run:")

@@ -1,10 +1,12 @@
 rule data:
     """Fetch (cache -> mirror -> URL, checksummed), verify and convert one dataset."""
+    input:
+        data_files,
     output:
         directory(f"{R}/data/{{dataset}}"),
     params:
         cfg=CFG,
-        h=dataset_hash,
+        h=data_hash,
     log:
         f"{R}/logs/data/{{dataset}}.log",
     benchmark:
@@ -15,4 +17,4 @@ rule data:
         mem_mb=4000,
         gpu=0,
     shell:
-        "python -m harness data --config {params.cfg} --dataset {wildcards.dataset} --out {output} > {log} 2>&1"
+        HARNESS + " data --config {params.cfg} --dataset {wildcards.dataset} --out {output}"

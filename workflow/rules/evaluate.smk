@@ -1,23 +1,22 @@
 rule evaluate:
-    """QA top-k accuracy (answer rule of the dataset) and/or ir_measures on qrels, for any system
-    <method>[.<variant>] whose run lies at runs/<dataset>/<system>.trec."""
+    """QA top-k accuracy (the dataset's answer rule) and/or ir_measures of every run of a search job."""
     input:
-        data=f"{R}/data/{{dataset}}",
-        run=f"{R}/runs/{{dataset}}/{{system}}.trec",
+        unpack(stage_inputs("evaluate")),
     output:
-        f"{R}/eval/{{dataset}}/{{system}}.json",
+        directory(f"{R}/eval/{{dataset}}/{{job}}"),
+    wildcard_constraints:
+        job=alternation(hwf.ids(config, "evaluate")),
     params:
         cfg=CFG,
-        h=system_hash,
+        h=stage_hash("evaluate"),
     log:
-        f"{R}/logs/evaluate/{{system}}-{{dataset}}.log",
+        f"{R}/logs/evaluate/{{job}}-{{dataset}}.log",
     benchmark:
-        f"{R}/benchmarks/evaluate/{{system}}-{{dataset}}.tsv"
+        f"{R}/benchmarks/evaluate/{{job}}-{{dataset}}.tsv"
     conda:
         "../envs/harness.yaml"
     resources:
         mem_mb=4000,
         gpu=0,
     shell:
-        "python -m harness evaluate --config {params.cfg} --dataset {wildcards.dataset} --run {input.run} "
-        "--system {wildcards.system} --out {output} > {log} 2>&1"
+        HARNESS + " evaluate --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"

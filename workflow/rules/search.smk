@@ -1,48 +1,24 @@
 rule search:
-    """Search the test queries; TREC run + <run>.meta.json."""
+    """Every run of one search job (one model load): runs/<dataset>/<job>/<system>.trec + meta."""
     input:
-        unpack(search_inputs),
+        unpack(stage_inputs("search")),
     output:
-        f"{R}/runs/{{dataset}}/{{method}}.trec",
+        directory(f"{R}/runs/{{dataset}}/{{job}}"),
+    wildcard_constraints:
+        job=alternation(hwf.ids(config, "search")),
     params:
         cfg=CFG,
-        h=method_hash,
-        model=model_arg,
+        h=stage_hash("search"),
     log:
-        f"{R}/logs/search/{{method}}-{{dataset}}.log",
+        f"{R}/logs/search/{{job}}-{{dataset}}.log",
     benchmark:
-        f"{R}/benchmarks/search/{{method}}-{{dataset}}.tsv"
+        f"{R}/benchmarks/search/{{job}}-{{dataset}}.tsv"
     threads: 2
     conda:
         "../envs/harness.yaml"
     resources:
-        mem_mb=8000,
-        gpu=0,
+        mem_mb=stage_resource("search", "mem_mb"),
+        gpu=stage_resource("search", "gpu"),
+        runtime=stage_resource("search", "runtime"),
     shell:
-        "python -m harness search --config {params.cfg} --method {wildcards.method} --dataset {wildcards.dataset} "
-        "--index {input.index} {params.model} --out {output} > {log} 2>&1"
-
-
-rule timing:
-    """Index build and search timed with the profile's protocol (harness/timing.py)."""
-    input:
-        unpack(search_inputs),
-    output:
-        f"{R}/timing/{{method}}-{{dataset}}.json",
-    params:
-        cfg=CFG,
-        h=method_hash,
-        model=model_arg,
-    log:
-        f"{R}/logs/timing/{{method}}-{{dataset}}.log",
-    benchmark:
-        f"{R}/benchmarks/timing/{{method}}-{{dataset}}.tsv"
-    threads: 2
-    conda:
-        "../envs/harness.yaml"
-    resources:
-        mem_mb=8000,
-        gpu=0,
-    shell:
-        "python -m harness timing --config {params.cfg} --method {wildcards.method} --dataset {wildcards.dataset} "
-        "--index {input.index} {params.model} --out {output} > {log} 2>&1"
+        HARNESS + " search --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"

@@ -8,7 +8,7 @@ rule table:
         csv=f"{TABLES_DIR}/{{paper}}/{{table}}.csv",
     params:
         cfg=CFG,
-        h=profile_hash,
+        h=report_hash,
     log:
         f"{R}/logs/tables/{{paper}}-{{table}}.log",
     benchmark:
@@ -19,35 +19,10 @@ rule table:
         mem_mb=1000,
         gpu=0,
     shell:
-        "python -m harness table --config {params.cfg} --paper {wildcards.paper} --table {wildcards.table} "
-        "--out {output.md} > {log} 2>&1"
+        HARNESS + " table --config {params.cfg} --paper {wildcards.paper} --table {wildcards.table} --out {output.md}"
 
 
 ALL_TABLES = [f"{TABLES_DIR}/{p}/{t}.md" for p, t in TABLES]
-
-
-rule index_html:
-    """results/index.html linking every table and the claims report."""
-    input:
-        tables=ALL_TABLES,
-        claims=f"{config['results_dir']}/claims/{config['profile']}.csv",
-    output:
-        f"{config['results_dir']}/index.html",
-    params:
-        cfg=CFG,
-        h=profile_hash,
-    log:
-        f"{R}/logs/tables/index-html.log",
-    benchmark:
-        f"{R}/benchmarks/tables/index-html.tsv"
-    conda:
-        "../envs/harness.yaml"
-    resources:
-        mem_mb=500,
-        gpu=0,
-    shell:
-        "python -m harness index-html --config {params.cfg} --tables {input.tables} --claims {input.claims} "
-        "--out {output} > {log} 2>&1"
 
 
 # One named target per paper table: `snakemake --cores all svdr_table1`.

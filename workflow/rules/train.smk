@@ -1,47 +1,24 @@
-rule bm25_negatives:
-    """BM25 hard negatives (no answer, not gold) for the training questions, as DPR mines them."""
+rule train:
+    """A model of the plan (`python -m harness plan` lists them): the method's training step."""
     input:
-        data=f"{R}/data/{{dataset}}",
-        index=f"{R}/indexes/bm25/{{dataset}}",
+        unpack(stage_inputs("train")),
     output:
-        f"{R}/negatives/{{dataset}}.jsonl",
+        directory(f"{R}/models/{{job}}"),
+    wildcard_constraints:
+        job=alternation(hwf.ids(config, "train")),
     params:
         cfg=CFG,
-        h=dpr_hash,
+        h=stage_hash("train"),
     log:
-        f"{R}/logs/negatives/{{dataset}}.log",
+        f"{R}/logs/train/{{job}}.log",
     benchmark:
-        f"{R}/benchmarks/negatives/{{dataset}}.tsv"
+        f"{R}/benchmarks/train/{{job}}.tsv"
     threads: 2
     conda:
         "../envs/harness.yaml"
     resources:
-        mem_mb=4000,
-        gpu=0,
+        mem_mb=stage_resource("train", "mem_mb"),
+        gpu=stage_resource("train", "gpu"),
+        runtime=stage_resource("train", "runtime"),
     shell:
-        "python -m harness bm25-negatives --config {params.cfg} --dataset {wildcards.dataset} --index {input.index} "
-        "--out {output} > {log} 2>&1"
-
-
-rule train_dpr:
-    """DPR: in-batch negatives + one BM25 hard negative per question, seeded."""
-    input:
-        negatives=f"{R}/negatives/{config['methods']['dpr']['train_dataset']}.jsonl",
-        data=f"{R}/data/{config['methods']['dpr']['train_dataset']}",
-    output:
-        directory(f"{R}/models/dpr"),
-    params:
-        cfg=CFG,
-        h=dpr_hash,
-    log:
-        f"{R}/logs/train/dpr.log",
-    benchmark:
-        f"{R}/benchmarks/train/dpr.tsv"
-    threads: 2
-    conda:
-        "../envs/harness.yaml"
-    resources:
-        mem_mb=8000,
-        gpu=0,
-    shell:
-        "python -m harness train --config {params.cfg} --method dpr --negatives {input.negatives} --out {output} > {log} 2>&1"
+        HARNESS + " train --config {params.cfg} --job {wildcards.job} --out {output}"

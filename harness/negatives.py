@@ -1,0 +1,78 @@
+"""BM25 hard negatives for training questions, as DPR mines them (config key ``negatives``).
+
+For each training question: the BM25 top ``depth`` passages (title + text) that are not gold and
+do not contain any answer by the dataset's answer rule (passage text only), in BM25 order, the
+first ``keep`` of them. Output: JSONL ``{"id": qid, "negatives": [doc ids]}``. One artifact per
+training dataset, shared by every method that trains on it (DPR, SVDR/VDR, BPR); its hash covers
+the BM25 settings, so changing ``methods.bm25.k1`` re-mines the negatives and retrains them all.
+
+`python -m harness negatives --dataset KEY --out FILE`
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.config import add_config_argument, load_config
+from harness.datasets import store
+from harness.plan import Job, Ref
+
+DEFAULTS = {"depth": 100, "keep": 5, "index": "bm25"}
+
+
+def settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    return {**DEFAULTS, **(cfg.get("negatives") or {})}
+
+
+def negatives_job(cfg: Mapping[str, Any], dataset: str) -> Job:
+    """The (hash-only) job record of the negatives of ``dataset``."""
+    s = settings(cfg)
+    return Job("negatives", "negatives", "bm25", "mine", dataset,
+               inputs={"data": Ref("data", dataset=dataset), "index": Ref("index", s["index"], dataset)},
+               keys=("negatives", "methods.bm25.k1", "methods.bm25.b", f"datasets.{dataset}.answer_rule"))
+
+
+def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) -> list[dict]:
+    from harness.evaluate.qa import ANSWER_RULES
+    from harness.methods import bm25
+    from harness.methods.base import Context
+
+    s = settings(cfg)
+    queries = store.read_queries(data_dir, "train")
+    texts = {d.id: d.text for d in store.iter_corpus(data_dir)}
+    hits = bm25.search(Context(cfg, "bm25", dataset), index_dir, queries, int(s["depth"]))
+    match = ANSWER_RULES.get(cfg["datasets"][dataset].get("answer_rule", "dpr-string"))
+    out = []
+    for q in queries:
+        gold = set(q.gold or [])
+        negs = [d for d, _ in hits.get(q.id, []) if d not in gold and not match(q.answers or [], texts[d])]
+        out.append({"id": q.id, "negatives": negs[: int(s["keep"])]})
+    return out
+
+
+def main(argv: list[str]) -> int:
+    from harness import plan as hplan
+    from harness.io import write_json, write_jsonl
+
+    ap = argparse.ArgumentParser(prog="python -m harness negatives", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_argument(ap)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    p = hplan.get(cfg)
+    job = negatives_job(cfg, args.dataset)
+    inputs = {r: hplan.check_input(p, r, ref) for r, ref in job.inputs.items()}
+    t0 = time.perf_counter()
+    records = mine(cfg, args.dataset, inputs["data"], inputs["index"])
+    write_jsonl(args.out, records)
+    write_json(Path(f"{args.out}.meta.json"), {"kind": "negatives", "dataset": args.dataset,
+                                                 "config_hash": p.hash(job), "config_values": p.values(job),
+                                                 "seconds": round(time.perf_counter() - t0, 3)})
+    n_empty = sum(1 for r in records if not r["negatives"])
+    print(f"{len(records)} training questions, {n_empty} without a BM25 negative")
+    return 0

@@ -1,0 +1,345 @@
+"""The plan: every artifact a config produces, declared by the methods as data.
+
+Each enabled method's module declares, from its config section, :class:`Job` records — models
+(stage ``train``), indexes (``index``), runs (``search``: one job writes every system of one model
+on one dataset) and efficiency figures (``measure``) — with their inputs (:class:`Ref`) and the
+config keys they read. The workflow's generic stage rules ask this module for a job's inputs,
+resources and hash, and run ``python -m harness <stage> --job ID [--dataset KEY]``; the same
+command runs by hand. Nothing in workflow/ names a method.
+
+Paths (under ``results/<profile>/``)::
+
+    data/<dataset>                 negatives/<dataset>.jsonl      decontam/
+    models/<job>                   indexes/<job>/<dataset>
+    runs/<dataset>/<job>/<system>.trec      eval/<dataset>/<job>/<system>.json
+    metrics/<dataset>/<job>/<system>.json
+
+A job's hash covers every config key it reads and, transitively, the hashes of its inputs
+(BM25 settings -> negatives -> every model trained on them; backbone definitions -> models). It
+is written to the artifact's meta.json; loading an input compares it with the current config
+and refuses a mismatch, naming the key that differs (:func:`check_input`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from harness.config import results_root
+from harness.errors import ConfigError, DataError
+
+STAGES = ("train", "index", "search", "measure")
+#: input kinds a job may name
+KINDS = ("data", "negatives", "decontam", "model", "index", "run", "metrics", "system")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An input: ``kind`` (data, negatives, decontam, model, index, run, metrics, system), the
+    producing job's id (model, index, run, metrics) or a system id (``system``: the run folder of
+    whichever search job writes that system), and the dataset (all kinds but model, decontam)."""
+
+    kind: str
+    id: str | None = None
+    dataset: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work of a stage. ``dataset`` None on an index job makes it a template that any
+    dataset instantiates (an index is built wherever an input asks for one)."""
+
+    stage: str
+    id: str
+    method: str                       # config section methods.<method> (or a step's top-level section)
+    step: str                         # function of ``module``: step(ctx, job, inputs, out)
+    dataset: str | None = None
+    inputs: Mapping[str, Ref] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()        # dotted config keys this job reads (inputs' keys come through their hashes)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    systems: tuple[str, ...] = ()     # search / measure: the system ids whose files the job writes
+    gpu: bool = False                 # asks for a GPU on a cluster (config device: cuda)
+    mem_mb: int = 8000
+    threads: int = 2
+    module: str = ""                  # the module whose ``step`` runs the job (default: the method's)
+
+    def at(self, dataset: str) -> Job:
+        """This template instantiated for ``dataset`` (inputs without a dataset get it)."""
+        inputs = {r: (replace(ref, dataset=dataset) if ref.dataset is None and ref.kind in ("data", "index", "run")
+                      else ref) for r, ref in self.inputs.items()}
+        return replace(self, dataset=dataset, inputs=inputs)
+
+
+# --------------------------------------------------------------------------------------------
+# paths
+
+
+def path(cfg: Mapping[str, Any], ref: Ref) -> Path:
+    """Where an input lives."""
+    R = results_root(cfg)
+    k = ref.kind
+    if k == "data":
+        return R / "data" / str(ref.dataset)
+    if k == "negatives":
+        return R / "negatives" / f"{ref.dataset}.jsonl"
+    if k == "decontam":
+        return R / "decontam"
+    if k == "model":
+        return R / "models" / str(ref.id)
+    if k == "index":
+        return R / "indexes" / str(ref.id) / str(ref.dataset)
+    if k == "run":
+        return R / "runs" / str(ref.dataset) / str(ref.id)
+    if k == "metrics":
+        return R / "metrics" / str(ref.dataset) / str(ref.id)
+    raise ConfigError(f"unknown input kind {k!r} (known: {', '.join(KINDS)})")
+
+
+def output(cfg: Mapping[str, Any], job: Job) -> Path:
+    kind = {"train": "model", "index": "index", "search": "run", "measure": "metrics"}[job.stage]
+    return path(cfg, Ref(kind, job.id, job.dataset))
+
+
+# --------------------------------------------------------------------------------------------
+# the plan
+
+
+class Plan:
+    """Every job of a config, by (stage, id, dataset)."""
+
+    def __init__(self, cfg: Mapping[str, Any], jobs: Iterable[Job]) -> None:
+        self.cfg = cfg
+        self.jobs: dict[tuple[str, str, str | None], Job] = {}
+        for j in jobs:
+            if j.stage not in STAGES:
+                raise ConfigError(f"job {j.id!r} of methods.{j.method}: unknown stage {j.stage!r}")
+            key = (j.stage, j.id, j.dataset)
+            old = self.jobs.get(key)
+            if old is not None and old != j:
+                raise ConfigError(f"two different {j.stage} jobs are both named {j.id!r}"
+                                  f"{' on ' + j.dataset if j.dataset else ''} (methods.{old.method}, methods.{j.method})")
+            self.jobs[key] = j
+        self._hash: dict[tuple[str, str | None, str | None], str] = {}
+
+    # ---- lookup --------------------------------------------------------------------------
+    def ids(self, stage: str) -> list[str]:
+        return sorted({j.id for (s, _, _), j in self.jobs.items() if s == stage})
+
+    def job(self, stage: str, id: str, dataset: str | None = None) -> Job:
+        j = self.jobs.get((stage, id, dataset))
+        if j is None and dataset is not None:
+            t = self.jobs.get((stage, id, None))
+            if t is not None:
+                return t.at(dataset)
+        if j is None:
+            import difflib
+
+            known = self.ids(stage)
+            close = difflib.get_close_matches(id, known, n=1)
+            where = f" on dataset {dataset!r}" if dataset else ""
+            raise ConfigError(f"no {stage} job {id!r}{where} in this config" + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; {stage} jobs: {', '.join(known) or 'none'}")
+        return j
+
+    def concrete(self, stage: str) -> list[Job]:
+        """Jobs with a fixed dataset (or none needed); templates are left out."""
+        return [j for (s, _, d), j in sorted(self.jobs.items(), key=lambda kv: str(kv[0])) if s == stage
+                and (d is not None or stage == "train")]
+
+    def systems(self) -> dict[tuple[str, str], Job]:
+        """(system, dataset) -> the search job whose run folder holds ``<system>.trec``."""
+        out: dict[tuple[str, str], Job] = {}
+        for j in self.concrete("search"):
+            if j.params.get("split", "test") != "test":
+                continue
+            for s in j.systems:
+                if (s, j.dataset) in out:
+                    raise ConfigError(f"system {s!r} on {j.dataset} is written by two search jobs: "
+                                      f"{out[(s, j.dataset)].id} and {j.id}")
+                out[(s, str(j.dataset))] = j
+        return out
+
+    def metric_jobs(self, system: str, dataset: str) -> list[Job]:
+        """Measure jobs that write figures of ``system`` on ``dataset`` (first has precedence)."""
+        return [j for j in self.concrete("measure") if j.dataset == dataset and system in j.systems]
+
+    # ---- inputs ---------------------------------------------------------------------------
+    def run_of(self, ref: Ref) -> Ref:
+        """A ``system`` ref as the ``run`` ref of the search job that writes the system."""
+        if ref.kind != "system":
+            return ref
+        job = self.systems().get((str(ref.id), str(ref.dataset)))
+        if job is None:
+            known = sorted({s for s, d in self.systems() if d == ref.dataset})
+            raise ConfigError(f"no search job writes system {ref.id!r} on {ref.dataset}; systems there: "
+                              f"{', '.join(known) or 'none'}")
+        return Ref("run", job.id, ref.dataset)
+
+    def producer(self, ref: Ref) -> tuple[str, str, str | None] | None:
+        """(stage, id, dataset) of the job that makes ``ref`` (None for data/negatives/decontam)."""
+        ref = self.run_of(ref)
+        stage = {"model": "train", "index": "index", "run": "search", "metrics": "measure"}.get(ref.kind)
+        if stage is None:
+            return None
+        return stage, str(ref.id), (None if stage == "train" else ref.dataset)
+
+    def inputs(self, job: Job) -> dict[str, Path]:
+        """role -> path of every input (what the rule lists and the step reads)."""
+        out = {}
+        for role, ref in job.inputs.items():
+            ref = self.run_of(ref)
+            prod = self.producer(ref)
+            if prod is not None:
+                self.job(*prod)  # raises if nothing produces it
+            out[role] = path(self.cfg, ref)
+        return out
+
+    # ---- hashes ---------------------------------------------------------------------------
+    def values(self, job: Job) -> dict[str, Any]:
+        """The config values a job reads (its own keys and params)."""
+        vals = {k: lookup_key(self.cfg, k) for k in job.keys}
+        if job.params:
+            vals["params"] = json.loads(json.dumps(job.params, sort_keys=True, default=str))
+        return vals
+
+    def ref_hash(self, ref: Ref) -> str:
+        ref = self.run_of(ref)
+        key = (ref.kind, ref.id, ref.dataset)
+        if key in self._hash:
+            return self._hash[key]
+        if ref.kind == "data":
+            h = _digest({"dataset": lookup_key(self.cfg, f"datasets.{ref.dataset}"), "files": data_file_digest(
+                self.cfg, str(ref.dataset))})
+        elif ref.kind == "negatives":
+            from harness.negatives import negatives_job
+
+            h = self.hash(negatives_job(self.cfg, str(ref.dataset)))
+        elif ref.kind == "decontam":
+            from harness.decontam import report as hdecontam
+
+            h = hdecontam.config_hash(self.cfg)
+        else:
+            h = self.hash(self.job(*self.producer(ref)))  # type: ignore[misc]
+        self._hash[key] = h
+        return h
+
+    def hash(self, job: Job) -> str:
+        return _digest({"stage": job.stage, "id": job.id, "values": self.values(job),
+                        "inputs": {r: self.ref_hash(ref) for r, ref in sorted(job.inputs.items())}})
+
+    def eval_hash(self, job: Job) -> str:
+        """Hash of the evaluation of a search job: the runs' hash, the evaluate settings, the answer rule."""
+        return _digest({"run": self.hash(job), "evaluate": self.cfg["evaluate"],
+                        "rule": lookup_key(self.cfg, f"datasets.{job.dataset}.answer_rule")})
+
+    def input_hashes(self, job: Job) -> dict[str, str]:
+        return {r: self.ref_hash(ref) for r, ref in sorted(job.inputs.items())}
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def lookup_key(cfg: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def data_file_digest(cfg: Mapping[str, Any], dataset: str) -> str:
+    """Digest of the local files a dataset's preparation reads (the smoke fixture), so that an
+    edited fixture changes the hash of everything built from it."""
+    from harness.datasets import input_files
+
+    h = hashlib.sha256()
+    for f in input_files(cfg, dataset):
+        p = Path(f)
+        h.update(p.name.encode())
+        h.update(p.read_bytes() if p.exists() else b"<missing>")
+    return h.hexdigest()[:16]
+
+
+def get(cfg: Mapping[str, Any]) -> Plan:
+    """The plan of ``cfg`` (cached per config content)."""
+    return _cached(json.dumps(cfg, sort_keys=True, default=str))
+
+
+@lru_cache(maxsize=8)
+def _cached(blob: str) -> Plan:
+    import importlib
+
+    from harness.methods import METHODS, STEPS
+
+    cfg = json.loads(blob)
+    jobs: list[Job] = []
+    for name, mcfg in cfg["methods"].items():
+        if mcfg.get("enabled", True):
+            module = METHODS.get(name)
+            jobs += [j if j.module else replace(j, module=module)
+                     for j in importlib.import_module(module).declare(cfg, name)]
+    for name, module in STEPS.items():
+        if cfg.get(name) is not None and cfg[name].get("enabled", True):
+            jobs += [j if j.module else replace(j, module=module)
+                     for j in importlib.import_module(module).declare(cfg, name)]
+    return Plan(cfg, jobs)
+
+
+# --------------------------------------------------------------------------------------------
+# artifact checks
+
+
+def check_input(p: Plan, role: str, ref: Ref) -> Path:
+    """The input's path after comparing its meta.json config hash with the current config's."""
+    ref = p.run_of(ref)
+    where = path(p.cfg, ref)
+    if not where.exists():
+        raise DataError(f"input {role} ({where}) does not exist", fix="run the rule that produces it first")
+    if ref.kind in ("data", "decontam"):
+        return where
+    meta_path = Path(f"{where}.meta.json") if where.is_file() else where / "meta.json"
+    if not meta_path.exists():
+        raise DataError(f"{where} has no meta.json (an incomplete artifact)", fix=f"delete {where} and re-run")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    want = p.ref_hash(ref)
+    got = meta.get("config_hash")
+    if got != want:
+        prod = _producing_job(p, ref)
+        raise ConfigError(f"{where} was built with config hash {got}, the current config gives {want}: "
+                          f"{_what_differs(p, prod, meta)}",
+                          fix=f"delete {where} (or run snakemake with --forcerun) so that it is rebuilt")
+    return where
+
+
+def _producing_job(p: Plan, ref: Ref) -> Job:
+    if ref.kind == "negatives":
+        from harness.negatives import negatives_job
+
+        return negatives_job(p.cfg, str(ref.dataset))
+    return p.job(*p.producer(ref))  # type: ignore[misc]
+
+
+def _what_differs(p: Plan, job: Job, meta: Mapping[str, Any]) -> str:
+    old = meta.get("config_values") or {}
+    new = p.values(job)
+    keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if keys:
+        k = keys[0]
+        return f"config key {k} changed ({old.get(k)!r} -> {new.get(k)!r})" + (
+            f" and {len(keys) - 1} more" if len(keys) > 1 else "")
+    old_in = meta.get("input_hashes") or {}
+    for role, h in p.input_hashes(job).items():
+        if old_in.get(role) != h:
+            return f"its input {role} ({path(p.cfg, job.inputs[role])}) changed"
+    return "the artifact predates config hashes"
+
+
+def resolve(cfg: Mapping[str, Any], stage: str, id: str, dataset: str | None) -> tuple[Plan, Job, dict[str, Path]]:
+    """The job and its checked inputs, for a stage command."""
+    p = get(cfg)
+    job = p.job(stage, id, dataset)
+    return p, job, {role: check_input(p, role, ref) for role, ref in job.inputs.items()}

@@ -1,0 +1,109 @@
+"""The stage commands every generic rule runs: ``python -m harness <stage> --job ID [--dataset KEY] --out PATH``.
+
+``train``, ``index``, ``search`` and ``measure`` look the job up in the plan (:mod:`harness.plan`),
+check every input's meta.json hash against the current config, and call the step the method
+declared, ``step(ctx, job, inputs, out)``, on a temporary folder that is moved into place only when
+the step succeeds (a killed job leaves nothing that looks finished). The folder gets a meta.json:
+the job, its config hash and the values behind it, the inputs' hashes, commit, versions, hardware,
+seconds, bytes, and whatever the step returned.
+
+``evaluate`` scores every run of one search job's folder (one job per folder, not per system).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.config import add_config_argument, load_config
+from harness.io import atomic_path
+
+KIND = {"train": "model", "index": "index", "search": "runs", "measure": "metrics"}
+
+
+def _args(stage: str, argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog=f"python -m harness {stage}", description=__doc__.split("\n")[0])
+    add_config_argument(ap)
+    ap.add_argument("--job", required=True, help="job id of the plan (`python -m harness plan` lists them)")
+    ap.add_argument("--dataset", help="dataset key (every stage but train)")
+    ap.add_argument("--out", type=Path, required=True)
+    return ap.parse_args(argv)
+
+
+def run_stage(stage: str, argv: list[str]) -> int:
+    import importlib
+
+    from harness import plan as hplan
+    from harness.meta import write_meta
+    from harness.methods.base import Context
+
+    args = _args(stage, argv)
+    cfg = load_config(args.config)
+    p, job, inputs = hplan.resolve(cfg, stage, args.job, args.dataset)
+    fn = getattr(importlib.import_module(job.module), job.step)
+    ctx = Context(cfg, job.method, job.dataset)
+    t0 = time.perf_counter()
+    with atomic_path(args.out) as tmp:
+        tmp.mkdir()
+        info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})
+        write_meta(tmp, KIND[stage], spec=info.pop("spec", job.id), config_hash=p.hash(job),
+                   seconds=time.perf_counter() - t0,
+                   extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
+                          "config_values": p.values(job), "input_hashes": p.input_hashes(job),
+                          "inputs": {r: str(v) for r, v in inputs.items()}, **info})
+    where = f" on {job.dataset}" if job.dataset else ""
+    print(f"{stage} {job.id}{where}: done in {time.perf_counter() - t0:.1f}s"
+          + (f" ({', '.join(job.systems)})" if job.systems else ""))
+    return 0
+
+
+def train(argv: list[str]) -> int:
+    return run_stage("train", argv)
+
+
+def index(argv: list[str]) -> int:
+    return run_stage("index", argv)
+
+
+def search(argv: list[str]) -> int:
+    return run_stage("search", argv)
+
+
+def measure(argv: list[str]) -> int:
+    return run_stage("measure", argv)
+
+
+def evaluate(argv: list[str]) -> int:
+    """Every ``<system>.trec`` of a search job's folder -> ``<out>/<system>.json``."""
+    from harness import plan as hplan
+    from harness.evaluate.cli import evaluate_run
+    from harness.io import write_json
+
+    args = _args("evaluate", argv)
+    cfg = load_config(args.config)
+    p = hplan.get(cfg)
+    job = p.job("search", args.job, args.dataset)
+    run_dir = hplan.check_input(p, "run", hplan.Ref("run", job.id, job.dataset))
+    with atomic_path(args.out) as tmp:
+        tmp.mkdir()
+        for system in job.systems:
+            res = evaluate_run(cfg, str(job.dataset), run_dir / f"{system}.trec", split=job.params.get("split", "test"))
+            res["system"] = system
+            write_json(tmp / f"{system}.json", res)
+            print(f"{system}/{job.dataset}: " + ", ".join(f"{k}={v:.4f}" for k, v in res["measures"].items()))
+    return 0
+
+
+def plan_main(argv: list[str]) -> int:
+    """`python -m harness plan`: list every job of the config (stage, id, dataset, method.step, systems)."""
+    from harness import plan as hplan
+
+    ap = argparse.ArgumentParser(prog="python -m harness plan", description=plan_main.__doc__)
+    add_config_argument(ap)
+    args = ap.parse_args(argv)
+    p = hplan.get(load_config(args.config))
+    for (stage, id_, dataset), job in sorted(p.jobs.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        print(f"{stage:8} {id_:28} {dataset or '*':14} {job.method}.{job.step}"
+              + (f"  -> {' '.join(job.systems)}" if job.systems else ""))
+    return 0

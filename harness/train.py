@@ -1,0 +1,269 @@
+"""The one training loop of every trained method (DPR, BPR, VDR/SVDR, the reader).
+
+A method supplies its examples, a step function ``step_fn(batch, step, rng) -> (loss, parts)``
+(the forward pass and loss of one batch; ``step`` = finished optimizer steps, ``rng`` = the
+loop's seeded ``random.Random``, from which methods draw random negatives), the parameters to
+train, the modules to place and switch to train mode, and a ``save(folder)`` callback. The loop
+owns the rest, the same for every method:
+
+- batching: per epoch ``order = list(range(n))``, ``rng.shuffle(order)``, batches of
+  ``batch_size`` consecutive indices; a batch smaller than ``min_batch`` (2: in-batch negatives
+  need a second question) is skipped; training stops after ``total`` optimizer steps,
+  ``total = round(ceil(n / (batch_size * grad_accum)) * epochs)``;
+- AdamW with a linear warm-up (``warmup_ratio`` of the steps) and linear decay to 0
+  (:func:`lr_lambda`), gradient clipping (``grad_clip``, max norm), gradient accumulation
+  (``grad_accum`` batches per optimizer step, each loss divided by ``grad_accum``);
+- seeding (:func:`set_seed`) and one subsampling rule (:func:`subsample`);
+- a tqdm bar (stderr; every 10 s when stderr is not a terminal), ``step i/total loss ...`` lines
+  every ``log_every`` steps, ``loss.tsv`` in the output folder (step, loss, the method's loss
+  parts, lr, seconds), checkpoints every ``save_every`` steps and ``save(out)`` at the end.
+
+Why accelerate: it is what moves the same loop from the CPU to a GPU and to mixed precision
+without a second code path. ``Accelerator`` picks the device (``device: cpu | cuda | auto``),
+runs the step function under autocast (``precision: fp32 | fp16 | bf16``), and for fp16 scales
+the loss (``accelerator.backward``), unscales before clipping (``clip_grad_norm_``) and skips
+the optimizer and scheduler step on overflow; :func:`accelerate.utils.set_seed` seeds random,
+numpy and torch (every device). On the CPU in fp32 all of this reduces to ``loss.backward()``,
+``clip_grad_norm_``, ``opt.step()``: the losses equal those of the hand-written loops this module
+replaced, bit for bit. One process only (no distributed launch).
+
+torch, accelerate and tqdm are imported lazily: the Snakefile imports the method modules.
+"""
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harness.errors import ConfigError
+
+T = TypeVar("T")
+StepFn = Callable[[list[Any], int, random.Random], tuple[Any, Mapping[str, float]]]
+LOSS_LOG = "loss.tsv"
+CHECKPOINTS = "checkpoints"
+PRECISIONS = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
+DEVICES = ("cpu", "cuda", "auto")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Loop settings; :meth:`from_config` reads them from a method's config section."""
+
+    epochs: float = 1
+    batch_size: int = 16
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.1
+    grad_accum: int = 1
+    precision: str = "fp32"
+    device: str = "cpu"
+    grad_clip: float | None = 2.0
+    log_every: int = 50
+    save_every: int | None = None
+    min_batch: int = 2  # not a config key: the method's rule (the reader trains on single questions)
+
+    @classmethod
+    def from_config(cls, m: Mapping[str, Any], **defaults: Any) -> TrainSettings:
+        """Each setting from the method section ``m`` (key = field name), else from ``defaults``
+        (the method's own defaults, e.g. ``log_every=20``), else the field's default."""
+        keys = [f.name for f in fields(cls) if f.name != "min_batch"]
+        ts = replace(cls(), **{**defaults, **{k: m[k] for k in keys if k in m}})
+        ts.check()
+        return ts
+
+    def check(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if int(self.grad_accum) < 1 or int(self.log_every) < 1:
+            raise ConfigError(f"grad_accum and log_every must be >= 1, got {self.grad_accum}, {self.log_every}")
+        if int(self.batch_size) < max(1, self.min_batch):
+            raise ConfigError(f"batch_size must be >= {max(1, self.min_batch)}, got {self.batch_size}")
+
+
+def set_seed(seed: int) -> None:
+    """Seed random, numpy and torch (every device). Call it where the method seeded before
+    (ahead of building the model: weights the checkpoint lacks are drawn from torch's generator)."""
+    from accelerate.utils import set_seed as _set_seed
+
+    _set_seed(int(seed))
+
+
+def subsample(examples: Sequence[T], n: int | None, seed: int) -> list[T]:
+    """The training-question subsample of every method: ``n`` examples drawn with
+    ``random.Random(seed)``, in their original order; all of them when ``n`` is None/0 or >= len."""
+    if not n or n >= len(examples):
+        return list(examples)
+    keep = sorted(random.Random(seed).sample(range(len(examples)), int(n)))
+    return [examples[i] for i in keep]
+
+
+def total_steps(n: int, batch_size: int, epochs: float, grad_accum: int = 1) -> int:
+    """Optimizer steps of a run: ``round(ceil(n / (batch_size * grad_accum)) * epochs)``, at least 1."""
+    return max(1, round(math.ceil(n / (int(batch_size) * int(grad_accum))) * epochs))
+
+
+def lr_lambda(total: int, warmup_ratio: float) -> Callable[[int], float]:
+    """The LambdaLR factor after ``s`` steps: linear warm-up over ``int(total * warmup_ratio)``
+    steps, then linear decay to 0 at ``total``."""
+    warm = int(total * warmup_ratio)
+    return lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm))
+
+
+def resolve_device(device: str) -> str:
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available) -> the torch device name."""
+    import torch
+
+    if device not in DEVICES:
+        raise ConfigError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: cuda, but torch sees no CUDA device", fix="set device: cpu (or auto)")
+    return device
+
+
+def _accelerator(ts: TrainSettings, device: str):
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    if ts.precision == "fp16" and device != "cuda":
+        raise ConfigError("precision: fp16 needs device: cuda", fix="use precision: bf16 or fp32 on the CPU")
+    # accelerate keeps its state in process-wide singletons; each run sets its own device/precision
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    return Accelerator(cpu=device == "cpu", mixed_precision=PRECISIONS[ts.precision])
+
+
+def _mean_parts(window: list[Mapping[str, float]]) -> dict[str, float]:
+    if len(window) == 1:
+        return dict(window[0])
+    return {k: sum(float(p[k]) for p in window) / len(window) for k in window[0]}
+
+
+class _LossLog:
+    """``loss.tsv``: one row per optimizer step, written as training goes."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path, self.fh, self.keys = path, None, ()
+
+    def row(self, step: int, loss: float, parts: Mapping[str, float], lr: float, seconds: float) -> None:
+        if self.path is None:
+            return
+        if self.fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fh = self.path.open("w", encoding="utf-8")
+            self.keys = tuple(parts)
+            self.fh.write("\t".join(("step", "loss", *self.keys, "lr", "seconds")) + "\n")
+        cells = [str(step), repr(loss), *(repr(float(parts.get(k, math.nan))) for k in self.keys),
+                 repr(float(lr)), f"{seconds:.3f}"]
+        self.fh.write("\t".join(cells) + "\n")
+        self.fh.flush()
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+
+
+def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], *, settings: TrainSettings,
+               seed: int, out: Path | None, save: Callable[[Path], None] | None = None,
+               modules: Sequence[Any] = (), rng: random.Random | None = None) -> dict[str, Any]:
+    """Train ``params`` with ``step_fn`` over ``examples`` (see the module docstring); ``modules``
+    (objects with ``.to(device)`` and ``.train()``) are moved to the device and set to train mode;
+    ``rng`` defaults to ``random.Random(seed)``. Writes ``out/loss.tsv`` and calls ``save(out)``.
+
+    Returns steps, total, examples, seconds, losses (all), loss_first / loss_last (5 each), and
+    ``<part>_first`` / ``<part>_last`` for each loss part the step function reports."""
+    import torch
+    from tqdm import tqdm
+
+    ts = settings
+    ts.check()
+    device = resolve_device(ts.device)
+    acc = _accelerator(ts, device)
+    n, bs, accum = len(examples), int(ts.batch_size), int(ts.grad_accum)
+    if n < ts.min_batch:
+        raise ConfigError(f"{n} training example(s): a batch needs at least {ts.min_batch}")
+    for m in modules:
+        m.to(device)
+        m.train()
+    params = list(params)
+    total = total_steps(n, bs, ts.epochs, accum)
+    opt = torch.optim.AdamW(params, lr=ts.lr, weight_decay=ts.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, ts.warmup_ratio))
+    opt, sched = acc.prepare_optimizer(opt), acc.prepare_scheduler(sched)
+    rng = rng if rng is not None else random.Random(seed)
+    log = _LossLog(Path(out) / LOSS_LOG if out is not None else None)
+    every = int(ts.log_every)
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=total, desc="train", unit="step", file=sys.stderr, mininterval=0.5 if tty else 10.0,
+               dynamic_ncols=tty)
+    losses: list[float] = []
+    parts: list[dict[str, float]] = []
+    window: list[tuple[float, Mapping[str, float]]] = []
+    step, t0 = 0, time.perf_counter()
+    try:
+        while step < total:
+            order = list(range(n))
+            rng.shuffle(order)
+            for i in range(0, n, bs):
+                if step >= total:
+                    break
+                batch = [examples[j] for j in order[i:i + bs]]
+                if len(batch) < ts.min_batch:
+                    continue
+                with acc.autocast():
+                    loss, part = step_fn(batch, step, rng)
+                acc.backward(loss / accum if accum > 1 else loss)
+                window.append((float(loss.detach()), part))
+                if len(window) < accum:
+                    continue
+                lr = sched.get_last_lr()[0]
+                if ts.grad_clip:
+                    acc.clip_grad_norm_(params, ts.grad_clip)
+                opt.step()
+                sched.step()
+                opt.zero_grad()
+                step_loss = window[0][0] if accum == 1 else sum(x for x, _ in window) / accum
+                step_parts = _mean_parts([p for _, p in window]) if window[0][1] else {}
+                window.clear()
+                losses.append(step_loss)
+                parts.append(step_parts)
+                step += 1
+                bar.update(1)
+                log.row(step, step_loss, step_parts, lr, time.perf_counter() - t0)
+                if step % every == 0 or step == total:
+                    _print_progress(step, total, losses[-every:], parts[-every:], time.perf_counter() - t0)
+                if save is not None and out is not None and ts.save_every and step % int(ts.save_every) == 0 \
+                        and step < total:
+                    ckpt = Path(out) / CHECKPOINTS / f"step-{step}"
+                    ckpt.mkdir(parents=True, exist_ok=True)
+                    save(ckpt)
+    finally:
+        bar.close()
+        log.close()
+    if save is not None and out is not None:
+        save(Path(out))
+    info: dict[str, Any] = {"steps": step, "total": total, "examples": n, "seconds": time.perf_counter() - t0,
+                            "losses": losses, "loss_first": losses[:5], "loss_last": losses[-5:]}
+    for k in parts[0] if parts else ():
+        info[f"{k}_first"] = [p[k] for p in parts[:5]]
+        info[f"{k}_last"] = [p[k] for p in parts[-5:]]
+    return info
+
+
+def _print_progress(step: int, total: int, losses: list[float], parts: list[dict[str, float]],
+                    seconds: float) -> None:
+    from tqdm import tqdm
+
+    line = f"step {step}/{total} loss {sum(losses) / len(losses):.4f}"
+    if parts and parts[-1]:
+        line += " (" + ", ".join(f"{k} {sum(p[k] for p in parts) / len(parts):.4f}" for k in parts[-1]) + ")"
+    tqdm.write(f"{line} {seconds:.0f}s", file=sys.stdout)
+    sys.stdout.flush()

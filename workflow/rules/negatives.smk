@@ -1,0 +1,21 @@
+rule negatives:
+    """BM25 hard negatives of a training dataset (config key negatives), shared by every method that trains on it."""
+    input:
+        unpack(negatives_inputs),
+    output:
+        f"{R}/negatives/{{dataset}}.jsonl",
+    params:
+        cfg=CFG,
+        h=negatives_hash,
+    log:
+        f"{R}/logs/negatives/{{dataset}}.log",
+    benchmark:
+        f"{R}/benchmarks/negatives/{{dataset}}.tsv"
+    threads: 2
+    conda:
+        "../envs/harness.yaml"
+    resources:
+        mem_mb=4000,
+        gpu=0,
+    shell:
+        HARNESS + " negatives --config {params.cfg} --dataset {wildcards.dataset} --out {output}"
