@@ -122,7 +122,7 @@ def _run_logged(log: Path, argv: list[str]) -> int:
             rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if isinstance(exc.code, str):
                 print(exc.code, file=sys.stderr)
-        except Exception:
+        except Exception:  # noqa: BLE001 (any crash: its traceback to the log, its last line to the console)
             traceback.print_exc()
             last = traceback.format_exc().strip().splitlines()[-1]
             _error(f"error: python -m harness {name} failed: {last} (see {log})")

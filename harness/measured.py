@@ -30,7 +30,7 @@ def _closest_measure(name: str) -> str | None:
     guess = close[0] + name[len(head):]
     try:
         return str(ir_measures.parse_measure(guess))
-    except Exception:  # ir_measures raises NameError/ValueError/SyntaxError
+    except (NameError, ValueError, SyntaxError, TypeError):  # how ir_measures refuses a name
         return close[0]
 
 
@@ -47,7 +47,7 @@ def check_measure(name: str, where: str) -> None:
 
     try:
         canonical = str(ir_measures.parse_measure(name))
-    except Exception:  # ir_measures raises NameError/ValueError/SyntaxError
+    except (NameError, ValueError, SyntaxError, TypeError):  # how ir_measures refuses a name
         canonical = None
     if canonical == name:
         return

@@ -1,9 +1,8 @@
 """The papers' timing protocols, as data, and the runner that applies them.
 
-`python -m harness timing --method M --dataset KEY --index DIR [--model DIR] --out JSON`
-times index construction and search with a protocol and writes raw samples, the summary,
-the protocol itself and the hardware to JSON. What is inside the timer is part of the
-protocol, and is printed in every table that uses the numbers.
+Measure steps of the methods time index construction and search with a protocol and write raw
+samples, the summary, the protocol itself and the hardware to their metrics JSON. What is inside
+the timer is part of the protocol, and is printed in every table that uses the numbers.
 
 Any method can be timed without the runner knowing it: `run_protocol` takes an ``encode`` and a
 ``search`` callable and applies every field of a `Protocol` (batching, warm-up batches, repeats,
@@ -13,23 +12,17 @@ really sees (`harness.meta.resolve_device`), never the configured string.
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import add_config_argument, load_config
-from harness.datasets import store
-from harness.io import write_json
 from harness.meta import device_info, git_commit, hardware, resolve_device, versions
-from harness.methods import method_module
-from harness.methods.base import Context
 from harness.registry import Registry
 
 # What the timer can cover during search, in the order a pass runs them:
@@ -366,21 +359,21 @@ def _takes_options(fn: Callable[..., Any]) -> bool:
         return False
 
 
-def run(ctx: Context, index_dir: Path, model_dir: Path | None, protocol: Protocol, repeats: int,
+def run(cfg: Mapping[str, Any], name: str, dataset: str, queries: Sequence[str], *,
+        build_index: Callable[..., dict[str, Any]], searcher: Any, protocol: Protocol, repeats: int,
         max_queries: int | None) -> dict[str, Any]:
-    """Index build and search of ``ctx.method`` timed with ``protocol`` (run_protocol, time_build);
-    the JSON layout of the timing rule. The generic Searcher is told the device and dtype only when
-    its encode/search take ``options``; otherwise it runs where it loaded (the CPU) and that is noted."""
-    module = method_module(ctx.method)
-    requested = ctx.cfg["timing"]["device"]
-
-    build_hooks = _takes_options(module.build_index)
+    """Index build (``build_index(out_folder)``, repeated into temporary folders; its own
+    ``build_seconds`` when it reports one) and search (``searcher.encode`` / ``searcher.search``)
+    of one system timed with ``protocol`` (run_protocol, time_build). The callables are told the
+    device and dtype only when they take ``options``; otherwise they run where they loaded (the
+    CPU) and that is noted."""
+    requested = cfg["timing"]["device"]
+    build_hooks = _takes_options(build_index)
 
     def build(opts: Options) -> tuple[Path, dict[str, Any]]:
         tmp = Path(tempfile.mkdtemp(prefix="timing-index-"))
-        args = (ctx, tmp) if model_dir is None else (ctx, tmp, model_dir)
         try:
-            info = module.build_index(*args, options=opts) if build_hooks else module.build_index(*args)
+            info = build_index(tmp, options=opts) if build_hooks else build_index(tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -389,22 +382,20 @@ def run(ctx: Context, index_dir: Path, model_dir: Path | None, protocol: Protoco
     index = time_build(protocol, build, device=requested if build_hooks else "cpu", repeats=repeats,
                        after=lambda out: shutil.rmtree(out[0], ignore_errors=True),
                        own_seconds=lambda out: (out[1] or {}).get("build_seconds"))
-    queries = store.read_queries(ctx.data_dir(), "test")
-    searcher = module.Searcher(ctx, index_dir, model_dir)
     hooks = _takes_options(searcher.encode) and _takes_options(searcher.search)
     device = requested if hooks else "cpu"
     res = run_protocol(
-        protocol, [q.text for q in queries],
+        protocol, list(queries),
         encode=(lambda b, o: searcher.encode(b, options=o)) if hooks else (lambda b, o: searcher.encode(b)),
         search=((lambda e, k, o: searcher.search(e, k, options=o)) if hooks
                 else (lambda e, k, o: searcher.search(e, k))),
-        k=ctx.cfg["evaluate"]["depth"], device=device, repeats=repeats, max_queries=max_queries)
+        k=cfg["evaluate"]["depth"], device=device, repeats=repeats, max_queries=max_queries)
     notes = res.notes + [f"index: {x}" for x in index.notes]
     if not hooks and requested != "cpu":
-        notes.append(f"{ctx.method}'s Searcher takes no timing options: ran on the CPU, timing.device "
+        notes.append(f"{name}'s Searcher takes no timing options: ran on the CPU, timing.device "
                      f"{requested} not applied")
     if not build_hooks and requested != "cpu":
-        notes.append(f"{ctx.method}'s build_index takes no timing options: index built on the CPU")
+        notes.append(f"{name}'s build_index takes no timing options: index built on the CPU")
 
     def ms(summary: dict[str, float]) -> dict[str, float]:
         return {k_: v * 1000 if k_ != "n" else v for k_, v in summary.items()}
@@ -412,8 +403,8 @@ def run(ctx: Context, index_dir: Path, model_dir: Path | None, protocol: Protoco
     return {
         "protocol": res.protocol,
         "repeats": res.repeats,
-        "method": ctx.method,
-        "dataset": ctx.dataset,
+        "method": name,
+        "dataset": dataset,
         "device": res.device,
         "device_requested": requested,
         "device_info": res.hardware,
@@ -430,27 +421,3 @@ def run(ctx: Context, index_dir: Path, model_dir: Path | None, protocol: Protoco
         "notes": notes,
         "hardware": hardware(), "versions": versions(), "git_commit": git_commit(),
     }
-
-
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness timing", description=__doc__)
-    add_config_argument(ap)
-    ap.add_argument("--method", required=True)
-    ap.add_argument("--dataset", required=True)
-    ap.add_argument("--index", type=Path, required=True)
-    ap.add_argument("--model", type=Path)
-    ap.add_argument("--out", type=Path, required=True)
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    ctx = Context(cfg, args.method, args.dataset)
-    tcfg = cfg["timing"]
-    protocol = PROTOCOLS.get(tcfg.get("protocol") or "svdr-appendix-b")
-    repeats = tcfg.get("repeats") or protocol.repeats
-    res = run(ctx, args.index, args.model, protocol, repeats, tcfg.get("search_queries"))
-    write_json(args.out, res)
-    s = res["summary"]
-    stages = ", ".join(f"{key.removesuffix('_ms_per_batch')} {v['mean']:.1f} ms/batch"
-                       for key, v in s.items() if key.endswith("_ms_per_batch"))
-    print(f"timing {args.method}/{args.dataset} on {res['device']}: "
-          f"index {s['index_seconds']['mean']:.2f}s, {stages}")
-    return 0

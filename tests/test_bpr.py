@@ -240,24 +240,3 @@ def test_time_per_question_calls_every_system(trained):
     Q = s.encode(_questions(ctx)[:3])
     out = bpr.time_per_question({"a": (s, Q, binarize(Q)), "b": (s, Q, None)}, 5, repeats=2)
     assert len(out["a"]) == len(out["b"]) == 6 and min(out["a"]) > 0
-
-
-def test_merge_metrics(tmp_path):
-    a, b = tmp_path / "a.json", tmp_path / "b.json"
-    a.write_text(json.dumps({"values": {"index_bytes": {"value": 10, "unit": "B"}}, "protocol": "x"}))
-    b.write_text(json.dumps({"values": {"em": {"value": 0.5, "unit": "ratio"}}}))
-    doc = bpr.merge_metrics([a, b], tmp_path / "m.json", system="bpr.bflat", dataset="smoke",
-                            not_run={"em": "no reader", "query_ms": "not timed"})
-    assert set(doc["values"]) == {"index_bytes", "em"}
-    assert doc["not_run"] == {"query_ms": "not timed"}  # a measured value wins over a not-run reason
-    assert json.loads((tmp_path / "m.json").read_text())["values"]["em"]["value"] == 0.5
-
-
-def test_cli_merge_metrics(tmp_path):
-    a = tmp_path / "a.json"
-    a.write_text(json.dumps({"values": {"query_ms": {"value": 1.5, "unit": "ms"}}}))
-    rc = bpr.main(["merge-metrics", "--system", "bpr.no-cand", "--dataset", "smoke", "--parts", str(a),
-                   "--not-run", "em=the reader reads other systems", "--out", str(tmp_path / "o.json")])
-    assert rc == 0
-    doc = json.loads((tmp_path / "o.json").read_text())
-    assert doc["not_run"]["em"] == "the reader reads other systems"

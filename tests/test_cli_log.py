@@ -36,7 +36,7 @@ RUN_FAKE = ("import sys, harness.cli as c; c.COMMANDS['fake'] = ('fake_command',
 
 
 def harness(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True, check=False,
                           timeout=120, env=env)
 
 
@@ -47,7 +47,7 @@ def fake(tmp_path):
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", RUN_FAKE, *args], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120, env=env)
+                              text=True, check=False, timeout=120, env=env)
     return run
 
 

@@ -144,7 +144,7 @@ def test_config_command_set(capsys):
 
 def test_config_command_set_typo_exits_2():
     r = subprocess.run([sys.executable, "-m", "harness", "config", "--set", "methods.dpr.epoch=3"],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+                       cwd=REPO, capture_output=True, text=True, check=False, timeout=120)
     assert r.returncode == 2
     assert r.stderr.startswith("error: overrides: unknown config key 'methods.dpr.epoch' "
                                "(did you mean 'methods.dpr.epochs'?)")
@@ -155,7 +155,7 @@ def test_config_command_set_typo_exits_2():
 
 def smk(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snakemake", "-n", "--nolock", "reproduce_all", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, capture_output=True, text=True, check=False, timeout=300)
 
 
 def test_dry_run_with_nested_override_writes_typed_config(tmp_path):

@@ -23,8 +23,8 @@ def test_find_answer_respects_word_boundaries():
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("reader")
-    cfg = load_config([], overrides={"results_dir": str(root / "results"), "methods": {"reader": {
-        "epochs": 1, "max_train_questions": 48, "negative_passages": 3, "p_max_len": 128, "lr": 5e-4}}})
+    cfg = load_config([], overrides={"results_dir": str(root / "results"), "reader": {
+        "epochs": 1, "max_train_questions": 48, "negative_passages": 3, "p_max_len": 128, "lr": 5e-4}})
     ctx = Context(cfg, "reader", "smoke")
     ctx.data_dir().mkdir(parents=True)
     prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
@@ -98,25 +98,27 @@ def test_exact_match_of_runs_and_cli(trained, tmp_path):
     assert res["a"]["questions"] == 63
     preds = res["a"]["predictions"]
     assert sum(p["em"] for p in preds) / len(preds) == pytest.approx(res["a"]["em"])
-    import yaml
+    import shutil
 
-    over = tmp_path / "over.yaml"
-    over.write_text(yaml.safe_dump({"results_dir": ctx.cfg["results_dir"],
-                                    "methods": {"reader": dict(ctx.cfg["methods"]["reader"])}}))
-    rc = reader.main(["em", "--config", str(over), "--dataset", "smoke", "--systems", "x", "y", "--model", str(out),
-                      "--run", str(runs["test"]), str(runs["test"]), "--out", str(tmp_path / "x.json"),
-                      str(tmp_path / "y.json")])
-    assert rc == 0
-    doc = json.loads((tmp_path / "x.json").read_text())
+    from harness.plan import Job
+
+    job = Job("measure", "reader.em", "reader", "measure_em", "smoke", systems=("x", "y"))
+    inputs = {"data": ctx.data_dir(), "model": out}
+    for i, system in enumerate(job.systems):
+        (tmp_path / system).mkdir()
+        shutil.copyfile(runs["test"], tmp_path / system / f"{system}.trec")
+        inputs[f"run_{i}"] = tmp_path / system
+    (tmp_path / "em").mkdir()
+    reader.measure_em(ctx, job, inputs, tmp_path / "em")
+    doc = json.loads((tmp_path / "em" / "x.json").read_text())
     assert doc["values"]["em"]["unit"] == "ratio" and doc["values"]["em"]["value"] == pytest.approx(res["a"]["em"])
     assert doc["values"]["reader_params_millions"]["value"] > 1
-    assert reader.main(["em", "--config", str(over), "--dataset", "smoke", "--systems", "x", "--model", str(out),
-                        "--run", str(runs["test"]), str(runs["test"]), "--out", str(tmp_path / "z.json")]) == 2
+    assert doc["device_info"]["device"] == "cpu"
 
 
 def test_em_sample_is_seeded(setup, trained):
     ctx, runs, out, _ = trained
-    cfg = {**ctx.cfg, "methods": {**ctx.cfg["methods"], "reader": {**ctx.cfg["methods"]["reader"], "max_test_questions": 10}}}
+    cfg = {**ctx.cfg, "reader": {**ctx.cfg["reader"], "max_test_questions": 10}}
     c2 = Context(cfg, "reader", "smoke")
     a = reader.exact_match_of_runs(c2, out, {"s": runs["test"]}, "smoke")["s"]
     b = reader.exact_match_of_runs(c2, out, {"s": runs["test"]}, "smoke")["s"]

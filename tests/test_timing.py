@@ -471,7 +471,7 @@ def test_meta_does_not_import_torch():
 
 
 # files whose literal GPU notes are still to be switched to resolve_device (owned by other modules)
-PENDING_GPU_LITERALS = {"harness/methods/svdr_efficiency.py"}
+PENDING_GPU_LITERALS: set[str] = set()
 
 
 def test_no_literal_gpu_note_in_the_package():
@@ -485,32 +485,26 @@ def test_no_literal_gpu_note_in_the_package():
     assert offenders == []
 
 
-# --------------------------------------------------------------------------- the command-line runner
+# --------------------------------------------------------------------------- the measure steps' runner
 
 def test_run_uses_the_runner_and_keeps_the_json_layout(monkeypatch, tmp_path):
     built = []
 
     class Searcher:
-        def __init__(self, ctx, index_dir, model_dir):
-            pass
-
         def encode(self, texts):
             return list(texts)
 
         def search(self, encoded, k):
             return encoded[:k]
 
-    def build_index(ctx, folder):
+    def build_index(folder):
         built.append(folder)
         return {"build_seconds": 0.5}
 
-    module = types.SimpleNamespace(build_index=build_index, Searcher=Searcher)
-    monkeypatch.setattr(timing, "method_module", lambda name: module)
-    queries = [types.SimpleNamespace(text=f"question {i}") for i in range(70)]
-    monkeypatch.setattr(timing, "store", types.SimpleNamespace(read_queries=lambda d, split: queries))
-    ctx = types.SimpleNamespace(method="fake", dataset="smoke", data_dir=lambda: tmp_path,
-                                cfg={"timing": {"device": "cpu"}, "evaluate": {"depth": 5}})
-    res = timing.run(ctx, tmp_path, None, PROTOCOLS.get("svdr-appendix-b"), 3, None)
+    queries = [f"question {i}" for i in range(70)]
+    cfg = {"timing": {"device": "cpu"}, "evaluate": {"depth": 5}}
+    kw = {"build_index": build_index, "searcher": Searcher(), "max_queries": None}
+    res = timing.run(cfg, "fake", "smoke", queries, protocol=PROTOCOLS.get("svdr-appendix-b"), repeats=3, **kw)
     assert len(built) == 3 and not any(p.exists() for p in built)   # fresh folders, removed after
     assert res["samples"]["index_seconds"] == [0.5, 0.5, 0.5]
     assert res["batches"] == 2 and res["queries"] == 64
@@ -520,7 +514,7 @@ def test_run_uses_the_runner_and_keeps_the_json_layout(monkeypatch, tmp_path):
     assert res["protocol"]["batch_size"] == 32 and res["device"] == "cpu"
     assert res["deviation"] == "3 repeats instead of 10"
     json.dumps(res)
-    dp = timing.run(ctx, tmp_path, None, PROTOCOLS.get("densephrases-qps"), 1, None)
+    dp = timing.run(cfg, "fake", "smoke", queries, protocol=PROTOCOLS.get("densephrases-qps"), repeats=1, **kw)
     assert set(dp["summary"]) == {"index_seconds", "encode_search_ms_per_batch"}
     assert dp["batches"] == 1 and dp["warmup_batches"] == 0
     assert "0 warm-up batches instead of 5 (only 1 batches of 64)" in dp["deviation"]

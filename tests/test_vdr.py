@@ -217,7 +217,7 @@ def test_token_index_beta_search_is_exact(trained):
 
 def test_embedding_index_full_and_alpha_are_exact(trained, tmp_path):
     ctx, out, _ = trained
-    info = vdr.build_emb_index(ctx, tmp_path, out)
+    info = vdr.build_emb(ctx, _job("index", "svdr.emb"), {"data": ctx.data_dir(), "model": out}, tmp_path)
     assert info["spec"] == "sparse-csr" and info["documents"] == 122 and info["build_seconds"] > 0
     emb = vdr.SparseEmbeddingIndex.load(tmp_path)
     m = vdr.VDRModel.load(out)
@@ -239,20 +239,34 @@ def test_topk_rows_ties_and_padding():
     assert i.tolist() == [[1, 0, -1, -1]] and np.isinf(s[0, 2:]).all()
 
 
-def test_search_variants_return_ranked_runs(trained, tmp_path):
+def _job(stage, id_, **kw):
+    from harness.plan import Job
+
+    return Job(stage, id_, "svdr", "", "smoke", **kw)
+
+
+def test_search_job_writes_every_variant_from_one_load(trained, tmp_path):
+    from harness.runs import read_run
+
     ctx, out, _ = trained
-    (tmp_path / "t").mkdir()
-    (tmp_path / "e").mkdir()
-    vdr.build_index(ctx, tmp_path / "t")
-    vdr.build_emb_index(ctx, tmp_path / "e", out)
-    qs = store.read_queries(ctx.data_dir(), "test")[:5]
-    for variant, idx in (("full", "e"), ("alpha", "e"), ("beta", "t")):
-        hits = vdr.search_variant(variant, qs, 10, out, tmp_path / idx)
-        assert set(hits) == {q.id for q in qs}
-        for h in hits.values():
-            assert len(h) == 10 and [s for _, s in h] == sorted((s for _, s in h), reverse=True)
-    with pytest.raises(ConfigError):
-        vdr.search_variant("gamma", qs, 10, out, tmp_path / "t")
+    for d in ("t", "e", "runs"):
+        (tmp_path / d).mkdir()
+    vdr.build_token(ctx, _job("index", "svdr.token"), {"data": ctx.data_dir()}, tmp_path / "t")
+    vdr.build_emb(ctx, _job("index", "svdr.emb"), {"data": ctx.data_dir(), "model": out}, tmp_path / "e")
+    job = _job("search", "svdr", params={"depths": [5]},
+               systems=("svdr.full", "svdr.alpha", "svdr.beta", "svdr.beta-m5"))
+    vdr.run_search(ctx, job, {"data": ctx.data_dir(), "model": out, "token_index": tmp_path / "t",
+                              "emb_index": tmp_path / "e"}, tmp_path / "runs")
+    n = len(store.read_queries(ctx.data_dir(), "test"))
+    for system in job.systems:
+        run = read_run(tmp_path / "runs" / f"{system}.trec")
+        assert len(run) == n, system
+        for h in run.values():
+            assert [s for _, s in h] == sorted((s for _, s in h), reverse=True)
+    beta, m5 = read_run(tmp_path / "runs" / "svdr.beta.trec"), read_run(tmp_path / "runs" / "svdr.beta-m5.trec")
+    for q in beta:  # re-ranking m = 5 only permutes the top 5
+        assert {d for d, _ in beta[q][:5]} == {d for d, _ in m5[q][:5]}
+        assert [d for d, _ in beta[q][5:]] == [d for d, _ in m5[q][5:]]
 
 
 # ---------------------------------------------------------------- re-ranking
@@ -272,22 +286,15 @@ def test_rerank_reorders_only_the_top_m():
 def test_ablation_reuse_and_settings():
     cfg = load_config()
     cfg["methods"]["svdr"]["ablation_overrides"] = {}
-    assert vdr.ablation_model_source(cfg, "svdr", "ref") == "svdr"
-    assert vdr.ablation_model_source(cfg, "svdr", "nosp") == "vdr"
-    assert vdr.ablation_model_source(cfg, "svdr", "m1") is None
+    assert vdr.model_id(cfg, "svdr", "ref") == "svdr"
+    assert vdr.model_id(cfg, "svdr", "nosp") == "vdr"
+    assert vdr.model_id(cfg, "svdr", "m1") == "svdr.abl-m1"
     s = vdr.settings(cfg["methods"]["svdr"], "noneg")
     assert s["hard_negatives"] == 0 and s["batch_size"] == 2 * cfg["methods"]["svdr"]["batch_size"]
     cfg["methods"]["svdr"]["ablation_overrides"] = {"epochs": 1}
-    assert vdr.ablation_model_source(cfg, "svdr", "ref") is None
+    assert vdr.model_id(cfg, "svdr", "ref") == "svdr.abl-ref"
     with pytest.raises(ConfigError, match="did you mean 'm100'"):
         vdr.settings(cfg["methods"]["svdr"], "m10", "svdr")
-
-
-def test_parse_variant():
-    assert vdr.parse_variant("abl-m1-beta") == ("m1", "beta")
-    assert vdr.parse_variant("beta-m20") == (None, "beta-m20")
-    with pytest.raises(ConfigError):
-        vdr.parse_variant("abl-m1-alpha")
 
 
 def test_vdr_is_svdr_without_sp_loss_in_every_profile(repo):
@@ -302,22 +309,29 @@ def test_vdr_is_svdr_without_sp_loss_in_every_profile(repo):
 def test_metrics_not_run_reason_and_device_in_rendered_table(tmp_path):
     from harness import claims
     from harness.tables import render
-    from harness.tables.matrix import load_matrix, metrics_path
+    from harness.tables.matrix import load_matrix, locate
 
     cfg = load_config([], overrides={"results_dir": str(tmp_path / "results")})
+
+    def metrics_path(system):
+        return locate(cfg, system, "smoke", "metric:x")[0][0]
+
     for system in load_matrix("svdr")["tables"]["2"]["systems"].values():   # the other rows: nothing measured
-        metrics_path(cfg, system, "smoke").parent.mkdir(parents=True, exist_ok=True)
-        metrics_path(cfg, system, "smoke").write_text(json.dumps({"values": {}}))
-    path = metrics_path(cfg, "svdr.lat-beta", "smoke")
-    path.write_text(json.dumps({"values": {"T_D": {"value": 36.0, "unit": "s", "device": "cpu"}},
-                                "not_run": {"f_cuda": "no GPU on this machine (timing.device: cpu)"}}))
+        metrics_path(system).parent.mkdir(parents=True, exist_ok=True)
+        metrics_path(system).write_text(json.dumps({"values": {}}))
+    path = metrics_path("svdr.lat-beta")
+    path.write_text(json.dumps({"values": {"T_D": {"value": 36.0, "unit": "s", "device": "cpu"},
+                                           "f_cpu": {"value": 2.0, "unit": "s", "device": "cpu", "kind": "projected"}},
+                                "not_run": {"f_cuda": "timing.device is cpu"}}))
     tinfo, cells = render.fill(cfg, "svdr", "2")
     cell = {(c.row, c.column): c for c in cells}
     assert cell[("SVDR_β", "T(D)")].measured == pytest.approx(0.01) and cell[("SVDR_β", "T(D)")].device == "cpu"
-    assert cell[("SVDR_β", "f(q,D)")].reason == "no GPU on this machine (timing.device: cpu)"
+    assert cell[("SVDR_β", "f(q,D)")].reason == "timing.device is cpu"
+    assert cell[("SVDR_β", "f(q,D) CPU")].status == "projected"
     md = render.to_markdown(cfg, "svdr", "2", tinfo, cells)
-    assert "**0.01** (cpu)" in md and "no GPU on this machine" in md
-    idx = metrics_path(cfg, "svdr.index", "smoke")
+    assert "**0.01** (cpu)" in md and "timing.device is cpu" in md
+    assert "projected*" in md and "**0.00** (cpu)" not in md   # a projected figure never renders as measured
+    idx = metrics_path("svdr.index")
     idx.write_text(json.dumps({"values": {"token_index_bytes": {"value": 1.0, "unit": "KB"},
                                           "emb_index_bytes": {"value": 9000.0, "unit": "B"}}}))
     claim = {"id": "x", "paper": "svdr", "statement": "s", "op": "<=", "factor": 0.2,
@@ -325,7 +339,7 @@ def test_metrics_not_run_reason_and_device_in_rendered_table(tmp_path):
              "rhs": {"system": "svdr.index", "dataset": "NQ", "measure": "metric:emb_index_bytes"}}
     assert claims.evaluate(cfg, claim)["holds"] == "true"        # 1000 B <= 0.2 x 9000 B
     assert claims.evaluate(cfg, {**claim, "factor": 0.1})["holds"] == "false"
-    assert str(idx) in claims.required_inputs(cfg)   # configs/claims.yaml compares the two index sizes
+    assert str(idx.parent) in claims.required_inputs(cfg)   # the measure job's folder is the rule output
 
 
 def test_binary_csr_drops_special_ids():
@@ -334,10 +348,10 @@ def test_binary_csr_drops_special_ids():
     assert sp.isspmatrix_csr(m)
 
 
-def test_cli_reports_an_unknown_ablation_in_one_line(tmp_path, capsys):
-    from harness.methods import svdr_cli
+def test_cli_reports_an_unknown_job_in_one_line(tmp_path, capsys):
+    from harness.cli import main
 
-    rc = svdr_cli.main(["train", "--method", "svdr", "--ablation", "m10", "--out", str(tmp_path / "m")])
+    rc = main(["train", "--job", "svdr.abl-m10", "--out", str(tmp_path / "m")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("error: unknown ablation 'm10'") and "did you mean 'm100'" in err
+    assert rc == 2 and err.startswith("error: no train job 'svdr.abl-m10'") and "did you mean 'svdr.abl-m100'" in err
     assert not (tmp_path / "m").exists()

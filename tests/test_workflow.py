@@ -25,7 +25,7 @@ def test_dry_run_reproduce_all(repo, tmp_path, profile):
     r = smk(repo, *args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout + r.stderr
-    rules = ["table", "search", "evaluate", "timing", "claims", "index_html"]
+    rules = ["table", "train", "index", "search", "measure", "evaluate", "claims", "index_html"]
     if (repo / "configs" / "expected" / f"{profile or 'smoke'}.yaml").exists():
         rules.append("regression")
     for rule in rules:

@@ -229,6 +229,10 @@ def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
 
 
 def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    return build_index(ctx, out, inputs["model"], inputs["data"])
+
+
+def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     """Encode the corpus with the passage encoder; faiss index of spec ``methods.dpr.index``."""
     from harness.artifacts import write_docids
     from harness.indexes import parse_spec
@@ -236,8 +240,8 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
 
     spec = ctx.mcfg.get("index", "faiss:Flat")
     _, factory = parse_spec(spec)
-    model = BiEncoder.load(ctx, inputs["model"])
-    docs = list(store.iter_corpus(inputs["data"]))
+    model = BiEncoder.load(ctx, model_dir)
+    docs = list(store.iter_corpus(data_dir or ctx.data_dir()))
     t0 = time.perf_counter()
     vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])
     t_enc = time.perf_counter() - t0

@@ -47,13 +47,16 @@ from harness.io import read_json, write_json
 from harness.meta import folder_bytes, git_commit, hardware, read_meta, versions
 from harness.methods.base import Context
 
-GPU_MISSING = "no GPU on this machine (timing.device: {device})"
 
 
-def _v(value: float, unit: str, device: str | None = None) -> dict[str, Any]:
+def _v(value: float, unit: str, device: str | None = None, projected: bool = False) -> dict[str, Any]:
+    """A figure; ``projected``: scaled from a measured fraction (timed batches x the test set's
+    batches, a corpus sample x the corpus), rendered as projected, never as measured."""
     out: dict[str, Any] = {"value": float(value), "unit": unit}
     if device:
         out["device"] = device
+    if projected:
+        out["kind"] = "projected"
     return out
 
 
@@ -250,27 +253,34 @@ def latency(ctx: Context, model_dir: Path, out_dir: Path) -> list[Path]:
         cpu_eq = [x for qb in qbatches for x in _timed(lambda qb=qb: enc.embed_questions(qb, batch_size=bs), repeats)]
         by_dev["cpu"] = {"E_q": _trimmed(cpu_eq, trim) * total_batches}
     else:
-        why = GPU_MISSING.format(device=cfg["timing"]["device"])
-        if cfg["timing"]["device"] == "cuda":
-            why = "timing.device is cuda but torch sees no GPU on this machine"
+        from harness.meta import resolve_device
+
+        why = resolve_device("cuda")[1] or "timing.device is cpu (set timing.device: cuda on a GPU machine)"
+        if cfg["timing"]["device"] != "cuda":
+            why = f"timing.device is {cfg['timing']['device']}: the GPU columns are timed with timing.device: cuda"
         not_run = {"E_q_cuda": why, "f_cuda": why}
         by_dev["cpu"] = {"E_q": tot["E_q"]}
     by_dev["cpu"].update({x: tot[x] for x in ("f_full", "f_alpha", "f_beta")})
 
+    # totals are per-batch means times the test set's batches (and a corpus sample scaled to the
+    # corpus): projected whenever fewer batches, or fewer passages, were timed than they stand for
+    p_search = len(qbatches) < total_batches or scale != 1.0
+    p_index = scale != 1.0
+
     def row(f_key: str, q_key: str, index_key: str) -> dict[str, Any]:
         index_s = T_D if index_key == "T_D" else E_D
-        vals: dict[str, Any] = {index_key: _v(index_s, "s", "cpu" if index_key == "T_D" else dev)}
+        vals: dict[str, Any] = {index_key: _v(index_s, "s", "cpu" if index_key == "T_D" else dev, p_index)}
         for d, figures in by_dev.items():
             if q_key == "E_q" and "E_q" in figures:
-                vals[f"E_q_{d}"] = _v(figures["E_q"], "s", d)
+                vals[f"E_q_{d}"] = _v(figures["E_q"], "s", d, len(qbatches) < total_batches)
             if f_key in figures:
-                vals[f"f_{d}"] = _v(figures[f_key], "s", d)
+                vals[f"f_{d}"] = _v(figures[f_key], "s", d, p_search)
         if q_key == "T_q":
-            vals["T_q"] = _v(tot["T_q"], "s", "cpu")
+            vals["T_q"] = _v(tot["T_q"], "s", "cpu", len(qbatches) < total_batches)
         q_s = tot["T_q"] if q_key == "T_q" else by_dev[dev]["E_q"]
         search_total = q_s + by_dev[dev][f_key]
-        vals["search_total"] = _v(search_total, "s", dev)
-        vals["total"] = _v(search_total + index_s, "s", dev)
+        vals["search_total"] = _v(search_total, "s", dev, p_search)
+        vals["total"] = _v(search_total + index_s, "s", dev, p_search or p_index)
         vals[f"{q_key}_per_batch"] = _v(per_batch[q_key], "s", dev if q_key == "E_q" else "cpu")
         vals["f_per_batch_cpu"] = _v(per_batch[f_key], "s", "cpu")
         return vals
@@ -311,11 +321,13 @@ def latency_rerank(ctx: Context, model_dir: Path, base: Path, depths: Sequence[i
         per_batch = _trimmed(e_p[m], st["trim"])
         vals = {key: dict(b["values"][key]) for key in ("T_D", "E_q_cpu", "E_q_cuda", "f_cpu", "f_cuda")
                 if key in b["values"]}
-        vals["E_p"] = _v(per_batch * st["total_batches"], "s", dev)
+        proj = len(qbatches) < st["total_batches"]
+        vals["E_p"] = _v(per_batch * st["total_batches"], "s", dev, proj)
         vals["E_p_per_batch"] = _v(per_batch, "s", dev)
         search_total = b["values"]["search_total"]["value"] + vals["E_p"]["value"]
-        vals["search_total"] = _v(search_total, "s", dev)
-        vals["total"] = _v(search_total + b["values"]["T_D"]["value"], "s", dev)
+        proj = proj or b["values"]["search_total"].get("kind") == "projected"
+        vals["search_total"] = _v(search_total, "s", dev, proj)
+        vals["total"] = _v(search_total + b["values"]["T_D"]["value"], "s", dev, proj)
         name = f"{ctx.method}.lat-beta-m{m}"
         out.append(_write(Path(out_dir) / f"{name}.json", name, ctx.dataset, vals, b.get("not_run", {}),
                           **_common(ctx, st, model_dir, base=str(base), rerank_depth=m,
@@ -336,12 +348,37 @@ def _gpu_search(emb, tindex, encoded, k, repeats, trim, factor) -> dict[str, flo
     return {x: _trimmed(v, trim) * factor for x, v in out.items()}
 
 
-def latency_baselines(ctx: Context, bm25_timing: Path, dpr_timing: Path, out_dir: Path) -> list[Path]:
-    """Table 2 rows of BM25 and DPR from the generic timing rule (same protocol, harness/timing.py)."""
-    queries = store.read_queries(ctx.data_dir(), "test")
+def _baseline_timing(ctx: Context, name: str, inputs: Mapping[str, Path]) -> dict[str, Any]:
+    """Index build, E(q) and f(q,D) of BM25 or DPR timed with the profile's protocol (harness.timing)."""
+    from harness.methods import bm25, dpr
+    from harness.plan import Job
+    from harness.timing import PROTOCOLS, run
+
+    cfg = ctx.cfg
+    protocol = PROTOCOLS.get(cfg["timing"].get("protocol") or "svdr-appendix-b")
+    repeats = cfg["timing"].get("repeats") or protocol.repeats
+    queries = [q.text for q in store.read_queries(inputs["data"], "test")]
+    bctx = Context(cfg, name, ctx.dataset)
+    if name == "bm25":
+        job = Job("index", "bm25", "bm25", "build", ctx.dataset)
+        searcher = bm25.Searcher(bctx, inputs["bm25_index"])
+        build = lambda out: bm25.build(bctx, job, {"data": inputs["data"]}, out)  # noqa: E731
+    else:
+        job = Job("index", "dpr", "dpr", "build", ctx.dataset)
+        searcher = dpr.Searcher(bctx, inputs["dpr_index"], inputs["dpr_model"])
+        build = lambda out: dpr.build(bctx, job, {"data": inputs["data"], "model": inputs["dpr_model"]}, out)  # noqa: E731
+    return run(cfg, name, str(ctx.dataset), queries, build_index=build, searcher=searcher, protocol=protocol,
+               repeats=repeats, max_queries=cfg["timing"].get("search_queries"))
+
+
+def latency_baselines(ctx: Context, inputs: Mapping[str, Path], out_dir: Path) -> list[Path]:
+    """Table 2 rows of BM25 and DPR, timed here with the same protocol as the SVDR rows."""
+    from harness.meta import resolve_device
+
+    queries = store.read_queries(inputs["data"], "test")
     out = []
-    for name, path in (("bm25", bm25_timing), ("dpr", dpr_timing)):
-        t = read_json(path)
+    for name in (ctx.mcfg.get("latency") or {}).get("baselines") or []:
+        t = _baseline_timing(ctx, name, inputs)
         dev = t.get("device", "cpu")
         bs = t["protocol"]["batch_size"]
         batches = math.ceil(len(queries) / bs)
@@ -349,29 +386,30 @@ def latency_baselines(ctx: Context, bm25_timing: Path, dpr_timing: Path, out_dir
         index_s = s["index_seconds"]["mean"]
         enc = s["encode_ms_per_batch"]["mean"] / 1000 * batches
         f = s["search_ms_per_batch"]["mean"] / 1000 * batches
+        projected = t["batches"] < batches  # per-batch means times the test set's batches
         suffix = "cuda" if dev == "cuda" else "cpu"
         other = "cpu" if suffix == "cuda" else "cuda"
         vals: dict[str, Any] = {}
-        not_run = {f"f_{other}": f"the generic timing rule ran on {dev} only"}
+        why_other = f"the baseline timing ran on {dev} only"
+        if other == "cuda":
+            why_other = resolve_device("cuda")[1] or f"timing.device is {ctx.cfg['timing']['device']}"
+        not_run = {f"f_{other}": why_other}
         if name == "bm25":
             vals["T_D"] = _v(index_s, "s", dev)
-            vals[f"f_{suffix}"] = _v(f, "s", dev)
+            vals[f"f_{suffix}"] = _v(f, "s", dev, projected)
             total = f
         else:
             vals["E_D"] = _v(index_s, "s", dev)
-            vals[f"E_q_{suffix}"] = _v(enc, "s", dev)
-            vals[f"f_{suffix}"] = _v(f, "s", dev)
-            not_run[f"E_q_{other}"] = not_run[f"f_{other}"]
+            vals[f"E_q_{suffix}"] = _v(enc, "s", dev, projected)
+            vals[f"f_{suffix}"] = _v(f, "s", dev, projected)
+            not_run[f"E_q_{other}"] = why_other
             total = enc + f
-        if other == "cuda":
-            why = GPU_MISSING.format(device=dev)
-            not_run = {key: why for key in not_run}
-        vals["search_total"] = _v(total, "s", dev)
-        vals["total"] = _v(total + index_s, "s", dev)
-        out.append(_write(Path(out_dir) / f"svdr.lat-{name}.json", f"svdr.lat-{name}", ctx.dataset, vals, not_run,
-                          timing_file=str(path), protocol=t["protocol"]["name"], repeats=t.get("repeats"),
+        vals["search_total"] = _v(total, "s", dev, projected)
+        vals["total"] = _v(total + index_s, "s", dev, projected)
+        out.append(_write(Path(out_dir) / f"{ctx.method}.lat-{name}.json", f"{ctx.method}.lat-{name}", ctx.dataset,
+                          vals, not_run, timing=t, protocol=t["protocol"]["name"], repeats=t.get("repeats"),
                           deviation=t.get("deviation"), test_batches=batches,
-                          note="from the generic timing rule: index build, E(q) and f(q,D) per batch x test batches"))
+                          note="index build, E(q) and f(q,D) per batch (protocol) x test batches"))
     return out
 
 
@@ -400,7 +438,7 @@ def intrain(ctx: Context, model_dir: Path, token_dir: Path, bm25_dir: Path, dpr_
     common = {"protocol": protocol.name, "repeats": repeats, "deviation": deviation, "batch_size": B, "top_m": m,
               "timed_batches": len(batches), "corpus": ctx.dataset,
               "note": "latency: retrieval of the top m for one batch of training questions; neural query "
-                      "encoding outside the timer; memory: index bytes held in host memory (no GPU here)"}
+                      "encoding outside the timer; memory: index bytes held in host memory (the CPU index; GPU memory is not measured)"}
     out = []
 
     enc = vdr.VDRModel.load(model_dir, s["torch_threads"])

@@ -49,6 +49,7 @@ import numpy as np
 from harness.datasets import Doc, Query, store
 from harness.errors import ConfigError, DataError
 from harness.methods.base import Context
+from harness.indexes.sparse_csr import SparseEmbeddingIndex, topk_rows  # noqa: F401 (topk_rows: re-export)
 from harness.plan import Job, Ref
 
 # Keys of a method section that change the trained weights (hashes, ablation reuse).
@@ -113,34 +114,6 @@ def train_signature(s: Mapping[str, Any]) -> dict[str, Any]:
     return {k: s.get(k) for k in TRAIN_KEYS}
 
 
-def ablation_model_source(cfg: Mapping[str, Any], method: str, ablation: str) -> str | None:
-    """The enabled vdr-family method whose main model *is* this ablation model (same training
-    settings, e.g. ``ref`` = svdr and ``nosp`` = vdr when ``ablation_overrides`` is empty), else None."""
-    from harness.methods import METHODS
-
-    want = train_signature(settings(cfg["methods"][method], ablation, method))
-    for name in [method] + sorted(cfg["methods"]):
-        mc = cfg["methods"][name]
-        if name not in METHODS or METHODS.get(name).module != __name__ or not mc.get("enabled", True):
-            continue
-        if train_signature(settings(mc, None, name)) == want:
-            return name
-    return None
-
-
-def parse_variant(system_variant: str) -> tuple[str | None, str]:
-    """``full`` -> (None, 'full'); ``abl-m1-beta`` -> ('m1', 'beta'); ``beta-m20`` -> (None, 'beta-m20')."""
-    if system_variant.startswith("abl-"):
-        name, _, kind = system_variant[4:].rpartition("-")
-        if not name or kind not in ("full", "beta"):
-            raise ConfigError(f"system variant {system_variant!r}: expected abl-<ablation>-full or abl-<ablation>-beta")
-        return name, kind
-    return None, system_variant
-
-
-# --------------------------------------------------------------------------------------------
-# torch pieces (imported lazily: the Snakefile imports this module for its key lists)
-# --------------------------------------------------------------------------------------------
 def _torch(threads: int = 2):
     import torch
 
@@ -578,102 +551,6 @@ def _tokenizer(ctx_cfg: Mapping[str, Any], s: Mapping[str, Any]):
     return load_tokenizer(ctx_cfg, s["backbone"])
 
 
-def build_index(ctx: Context, out: Path, model_dir: Path | None = None) -> dict[str, Any]:
-    """The method's default index (``index: token-csr``): the binary token index T(D) of the
-    dataset. It needs the tokenizer only; ``model_dir`` is accepted for the generic timing rule
-    and ignored. ``build_seconds`` excludes reading the corpus and writing the file."""
-    s = settings(ctx.mcfg, method=ctx.method)
-    if s.get("index", "token-csr") != "token-csr":
-        raise ConfigError(f"methods.{ctx.method}.index must be 'token-csr' (the binary token index); "
-                          f"the embedding index is built by rule vdr_emb_index")
-    tok = _tokenizer(ctx.cfg, s)
-    docs = list(store.iter_corpus(ctx.data_dir()))
-    t0 = time.perf_counter()
-    index = build_token_index(tok, docs, s["p_max_len"], s["skip_vocab"])
-    build_seconds = time.perf_counter() - t0
-    index.save(out / TOKEN_INDEX_FILE)
-    _write_docids(out, docs)
-    return {"spec": "token-csr", "documents": len(docs), "vocab_size": index.vocab_size, "nnz": index.nnz,
-            "density": index.nnz / max(1, index.n_docs * (index.vocab_size - s["skip_vocab"])),
-            "memory_bytes": index.nbytes, "disk_bytes": (out / TOKEN_INDEX_FILE).stat().st_size,
-            "build_seconds": build_seconds, "max_length": s["p_max_len"], "skip_vocab": s["skip_vocab"],
-            "tokenizer": s["backbone"]}
-
-
-# --------------------------------------------------------------------------------------------
-# embedding index E_θ(D): sparse top-k vectors, stored sparse
-# --------------------------------------------------------------------------------------------
-from harness.indexes.sparse_csr import SparseEmbeddingIndex, topk_rows  # noqa: F401
-
-
-def build_emb_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
-    """E_θ(D) of the dataset with the trained encoder. ``build_seconds`` = encoding + CSR assembly
-    (reading the corpus and writing the file excluded)."""
-    enc = VDRModel.load(model_dir, ctx.mcfg.get("torch_threads"))
-    docs = list(store.iter_corpus(ctx.data_dir()))
-    t0 = time.perf_counter()
-    matrix = enc.encode_passages(docs)
-    build_seconds = time.perf_counter() - t0
-    index = SparseEmbeddingIndex(matrix, [d.id for d in docs])
-    index.save(out)
-    return {"spec": "sparse-csr", "documents": len(docs), "vocab_size": enc.vocab, "nnz": int(matrix.nnz),
-            "density": matrix.nnz / max(1, matrix.shape[0] * enc.dims), "memory_bytes": index.nbytes,
-            "disk_bytes": (out / EMB_INDEX_FILE).stat().st_size, "build_seconds": build_seconds,
-            "topk": enc.s["topk"], "activate_lexical": enc.s["activate_lexical"], "dtype": "float32"}
-
-
-# --------------------------------------------------------------------------------------------
-# search
-# --------------------------------------------------------------------------------------------
-def _hits(docids: list[str], qids: Sequence[str], scores: np.ndarray, rows: np.ndarray) -> dict[str, list[tuple[str, float]]]:
-    return {q: [(docids[r], float(s)) for s, r in zip(srow, rrow) if r >= 0] for q, srow, rrow in zip(qids, scores, rows)}
-
-
-class Searcher:
-    """Generic view for `python -m harness timing`/`search`: SVDR_β, E_θ(q) then beta search of
-    the binary token index (the method's default index)."""
-
-    def __init__(self, ctx: Context, index_dir: Path, model_dir: Path | None) -> None:
-        if model_dir is None:
-            raise ConfigError(f"{ctx.method} needs its trained model (--model)")
-        self.enc = VDRModel.load(model_dir, ctx.mcfg.get("torch_threads"))
-        self.index, self.docids = load_token_index(index_dir)
-
-    def encode(self, texts: Sequence[str]):
-        return self.enc.encode_questions(list(texts))
-
-    def search(self, qvecs, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.index.search(qvecs, k)
-
-
-def search(ctx: Context, index_dir: Path, queries: Sequence[Query], k: int, model_dir: Path) -> dict[str, list[tuple[str, float]]]:
-    s = Searcher(ctx, index_dir, model_dir)
-    scores, rows = s.search(s.encode([q.text for q in queries]), k)
-    return _hits(s.docids, [q.id for q in queries], scores, rows)
-
-
-def search_variant(variant: str, queries: Sequence[Query], k: int, model_dir: Path, index_dir: Path,
-                   threads: int | None = None) -> dict[str, list[tuple[str, float]]]:
-    """full: <E(q), E(D)>; alpha: <T(q), E(D)> (embedding index); beta: <E(q), T(D)> (token index)."""
-    if variant not in SEARCH_VARIANTS:
-        raise ConfigError(f"unknown search variant {variant!r} (known: {', '.join(SEARCH_VARIANTS)}, beta-m<m>)")
-    enc = VDRModel.load(model_dir, threads)
-    texts = [q.text for q in queries]
-    if variant == "beta":
-        index, docids = load_token_index(index_dir)
-        scores, rows = index.search(enc.encode_questions(texts), k)
-    else:
-        emb = SparseEmbeddingIndex.load(index_dir)
-        docids = emb.docids
-        qv = enc.encode_questions(texts) if variant == "full" else \
-            enc.binary_questions([enc.question(t) for t in texts])
-        scores, rows = emb.search(qv, k)
-    return _hits(docids, [q.id for q in queries], scores, rows)
-
-
-# --------------------------------------------------------------------------------------------
-# training
-# --------------------------------------------------------------------------------------------
 def _training_examples(ctx: Context, negatives_file: Path | None) -> list[tuple[Query, list[str]]]:
     from harness.io import iter_jsonl
 
@@ -804,8 +681,6 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
     return info
 
 
-def describe(model_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(model_dir) / "meta.json").read_text())
 
 
 # --------------------------------------------------------------------------------------------
