@@ -2,7 +2,7 @@
 SNAKEMAKE := .venv/bin/snakemake
 MIRROR ?= $(abspath ../shared/data)
 
-.PHONY: setup reproduce test small regress-small paper-dry lint
+.PHONY: setup reproduce test small regress-small regress-ci paper-dry lint
 
 setup:
 	bash scripts/setup.sh
@@ -18,6 +18,9 @@ small: setup                ## the small profile on real data (mirror: MIRROR=..
 
 regress-small: setup        ## CI regression: small profile, real data, compared with configs/expected/small.yaml
 	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all regression claims --configfile configs/profiles/small.yaml
+
+regress-ci: setup           ## CI regression: the ci overlay of small (every method, cut to minutes), vs configs/expected/ci.yaml
+	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all regression --configfile configs/profiles/small.yaml configs/profiles/ci.yaml
 
 paper-dry: setup            ## what the paper profile would run
 	$(SNAKEMAKE) -n reproduce_all --configfile configs/profiles/paper.yaml

@@ -34,13 +34,40 @@ STEPS: Registry[str] = Registry("step")
 STEPS.add("reader", "harness.methods.reader")
 
 
+#: where plugins come from: installed packages' entry points in this group, and the modules named
+#: in the environment variable HARNESS_PLUGINS (os.pathsep-separated, importable from sys.path).
+ENTRY_POINTS = "ir_repro_harness.methods"
+
+
+def load_plugins() -> None:
+    """Import plugin modules; each registers its methods with :func:`register` when imported."""
+    import os
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINTS):
+        ep.load()
+    for name in filter(None, os.environ.get("HARNESS_PLUGINS", "").split(os.pathsep)):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            from harness.errors import ConfigError
+
+            raise ConfigError(f"plugin module {name!r} (env HARNESS_PLUGINS) cannot be imported: {exc}",
+                              fix="put its folder on PYTHONPATH, or unset HARNESS_PLUGINS") from None
+
+
 def method_module(name: str) -> ModuleType:
     return importlib.import_module(METHODS.get(name))
 
 
 def register(name: str, module: str) -> None:
     """Register a method from outside the package (a plugin, or the toy method of the tests)."""
+    if name in METHODS and METHODS.get(name) == module:
+        return  # the plugin module imported twice (e.g. as __main__ and by name)
     METHODS.add(name, module)
+    from harness.config import load_schema
+
+    load_schema.cache_clear()
 
 
 def schema_fragment(name: str) -> dict:
@@ -57,3 +84,6 @@ def step_schema(name: str) -> dict:
 
     module = importlib.import_module(STEPS.get(name))
     return read_yaml(Path(module.__file__).parent / module.SCHEMA)
+
+
+load_plugins()

@@ -48,8 +48,8 @@ import numpy as np
 
 from harness.datasets import Doc, Query, store
 from harness.errors import ConfigError, DataError
-from harness.methods.base import Context
 from harness.indexes.sparse_csr import SparseEmbeddingIndex, topk_rows  # noqa: F401 (topk_rows: re-export)
+from harness.methods.base import Context
 from harness.plan import Job, Ref
 
 # Keys of a method section that change the trained weights (hashes, ablation reuse).
