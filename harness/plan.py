@@ -284,7 +284,7 @@ def _cached(blob: str) -> Plan:
                      for j in importlib.import_module(module).declare(cfg, name)]
     for name, module in STEPS.items():
         if cfg.get(name) is not None and cfg[name].get("enabled", True):
-            jobs += [j if j.module else replace(j, module=module)
+            jobs += [j if j.module else replace(j, module=METHODS.get(j.method) if j.method in METHODS else module)
                      for j in importlib.import_module(module).declare(cfg, name)]
     return Plan(cfg, jobs)
 

@@ -10,7 +10,7 @@ from harness.config import load_config
 from harness.datasets import prepare
 from harness.io import write_jsonl
 from harness.meta import write_meta
-from harness.methods import svdr_efficiency as eff
+from harness.methods import vdr as eff
 from harness.methods import vdr
 from harness.methods.base import Context
 

@@ -15,7 +15,7 @@ from harness.errors import ConfigError
 from harness.io import write_jsonl
 from harness.methods import vdr
 from harness.methods.base import Context
-from harness.methods.rerank import rerank
+from harness.rerank import rerank
 
 torch = pytest.importorskip("torch")
 

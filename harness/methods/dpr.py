@@ -256,7 +256,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
 def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """The ``dpr`` run and the BM25 + DPR (m) re-rankings, one model load and one question encoding."""
     from harness.artifacts import hits_from_rows, write_run_with_meta
-    from harness.methods.rerank import rerank
+    from harness.rerank import rerank
     from harness.runs import read_run
 
     queries = store.read_queries(inputs["data"], job.params.get("split", "test"))

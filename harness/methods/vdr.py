@@ -39,8 +39,10 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,8 @@ import numpy as np
 
 from harness.datasets import Doc, Query, store
 from harness.errors import ConfigError, DataError
+from harness.io import read_json, write_json
+from harness.meta import folder_bytes, git_commit, hardware, read_meta, versions
 from harness.indexes.sparse_csr import SparseEmbeddingIndex, topk_rows  # noqa: F401 (topk_rows: re-export)
 from harness.methods.base import Context
 from harness.plan import Job, Ref
@@ -684,6 +688,517 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
 
 
 # --------------------------------------------------------------------------------------------
+# efficiency figures (measure jobs)
+# --------------------------------------------------------------------------------------------
+# SVDR efficiency figures as metrics JSON (``results/<profile>/metrics/<dataset>/<system>.json``).
+#
+# Every file is ``{"values": {name: {"value", "unit", "device"}}, "not_run": {name: why}, ...}``
+# with the protocol, the hardware and the package versions. Times are in seconds, sizes in bytes;
+# the tables convert them to the published units (harness/units.py).
+#
+# * Index facts (system ``<m>.index``): bytes on disk (the index folder, docids included), bytes in
+#   memory, and the build time of each index as its index rule measured it (one build, I/O excluded).
+# * Table 2 (systems ``<m>.lat-full``, ``-alpha``, ``-beta``, ``-beta-m<k>``; ``svdr.lat-bm25`` and
+#   ``svdr.lat-dpr`` from the generic timing rule): the SVDR timing protocol of Appendix B
+#   (``timing.protocol``: runs repeated, max and min dropped, mean; batch 32; max length 256).
+#   Indexing stages (T(D), E_θ(D)) are timed over the whole corpus (``latency.index_repeats`` runs;
+#   with ``latency.corpus_sample`` on the first n passages, scaled to the corpus). Search stages
+#   (E_θ(q), T(q), f(q,D), E_θ(p)) are timed per batch of 32 test questions on ``latency.batches``
+#   batches (``latency.rerank_batches`` for E_θ(p)); the figure is the trimmed mean per batch times
+#   the number of batches of the dataset's test set (the paper reports totals over NQ test).
+#   Reading files and converting formats happen outside the timer; f(q,D) includes the top-k sort
+#   (k = evaluate.depth); E_θ(p) embeds the unique passages of the batch's beta top k and re-scores.
+#   Numba-compiled searches get one untimed warm-up call. The encoder stages run on the timing
+#   device (``timing.device: cuda`` with a visible GPU, else the CPU); f(q,D) is measured on the
+#   CPU (scipy, the numba kernel) and, with a GPU, also the authors' way (fp16 torch.sparse); E_θ(q)
+#   also on the CPU. A figure that could not be measured is listed under ``not_run`` with the reason;
+#   every value carries its device.
+# * Table 3 (``svdr.intrain-bm25``, ``-dpr``, ``-beta``): retrieval of the top ``retrieval_top_m``
+#   for a batch of ``batch_size`` training questions over the training corpus's index, as the
+#   in-training negative retrieval does: query encoding outside the timer for the neural indexes
+#   (it happens in the training forward pass anyway), BM25 timed whole (Lucene analyses the
+#   query); storage = index bytes on disk; memory = the index's bytes held in host memory.
+# * Table 5 (``svdr.synth-a<a>``, ``svdr.synth-bs<b>``): a synthetic binary token index of
+#   ``synthetic.passages`` passages with ``a`` distinct tokens each (Zipf-like document frequencies,
+#   harness/bench/beta_search.py), queries with ``query_active`` weighted dimensions; latency per
+#   batch and per query of the top-``k`` beta search, bytes on disk and in memory.
+def _v(value: float, unit: str, device: str | None = None, projected: bool = False) -> dict[str, Any]:
+    """A figure; ``projected``: scaled from a measured fraction (timed batches x the test set's
+    batches, a corpus sample x the corpus), rendered as projected, never as measured."""
+    out: dict[str, Any] = {"value": float(value), "unit": unit}
+    if device:
+        out["device"] = device
+    if projected:
+        out["kind"] = "projected"
+    return out
+
+
+def _write(path: Path, system: str, dataset: str | None, values: Mapping[str, Any], not_run: Mapping[str, str],
+           **extra: Any) -> Path:
+    write_json(path, {"system": system, "dataset": dataset, "values": dict(values), "not_run": dict(not_run),
+                      **extra, "hardware": hardware(), "versions": versions(), "git_commit": git_commit()})
+    return path
+
+
+def _protocol(cfg: Mapping[str, Any]):
+    from harness.timing import PROTOCOLS
+
+    protocol = PROTOCOLS.get(cfg["timing"].get("protocol") or "svdr-appendix-b")
+    repeats = cfg["timing"].get("repeats") or protocol.repeats
+    deviation = None if repeats == protocol.repeats else f"{repeats} repeats instead of {protocol.repeats}"
+    return protocol, repeats, deviation
+
+
+def _trimmed(samples: Sequence[float], trim: str) -> float:
+    from harness.timing import summarize
+
+    return summarize(samples, trim)["mean"]
+
+
+def _timed(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
+    from harness.timing import time_calls
+
+    return time_calls(fn, repeats, warmup)
+
+
+# --------------------------------------------------------------------------------------------
+# index facts (claims: bytes and build time of the two indexes)
+# --------------------------------------------------------------------------------------------
+def write_index_metrics(ctx: Context, token_dir: Path, emb_dir: Path, out: Path) -> Path:
+    tm, em = read_meta(token_dir), read_meta(emb_dir)
+    values = {}
+    for prefix, m in (("token_index", tm), ("emb_index", em)):
+        values[f"{prefix}_bytes"] = _v(m["bytes"], "B")
+        values[f"{prefix}_memory_bytes"] = _v(m["memory_bytes"], "B", "cpu")
+        values[f"{prefix}_build_seconds"] = _v(m["build_seconds"], "s", m.get("device", "cpu"))
+        values[f"{prefix}_density"] = _v(m["density"], "ratio")
+    values["token_to_emb_bytes"] = _v(tm["bytes"] / em["bytes"], "ratio")
+    values["bytes_reduction"] = _v(1.0 - tm["bytes"] / em["bytes"], "ratio")
+    values["token_to_emb_build_seconds"] = _v(tm["build_seconds"] / em["build_seconds"], "ratio")
+    note = ("bytes: the index folder on disk (docids.txt included); build seconds: one build by the index "
+            "rule, reading the corpus and writing files excluded")
+    out = Path(out)
+    # one file per index too, with the same names (the text table's rows)
+    for kind, prefix in (("token", "token_index"), ("emb", "emb_index")):
+        part = {name.removeprefix(prefix + "_") if name != f"{prefix}_bytes" else "index_bytes": v
+                for name, v in values.items() if name.startswith(prefix + "_")}
+        part = {("index_" + k if not k.startswith("index_") else k): v for k, v in part.items()}
+        _write(out.with_name(f"{ctx.method}.index-{kind}.json"), f"{ctx.method}.index-{kind}", ctx.dataset, part,
+               {}, index=str(token_dir if kind == "token" else emb_dir), note=note)
+    return _write(out, f"{ctx.method}.index", ctx.dataset, values, {}, token_index=str(token_dir),
+                  emb_index=str(emb_dir), note=note)
+
+
+# --------------------------------------------------------------------------------------------
+# Table 2: latency per stage
+# --------------------------------------------------------------------------------------------
+def _cuda_ok(cfg: Mapping[str, Any]) -> bool:
+    if cfg["timing"]["device"] != "cuda":
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _torch_sparse(matrix, device: str):
+    """A scipy CSR as a torch sparse CSR on ``device`` (fp16 on the GPU, as the authors)."""
+    import torch
+
+    m = matrix.tocsr()
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
+                                   torch.from_numpy(m.indices.astype(np.int64)),
+                                   torch.from_numpy(m.data.astype(np.float32)).to(dtype),
+                                   size=m.shape, device=device)
+
+
+def _torch_search(index_t, queries, k: int, device: str):
+    """The authors' f(q, D): sparse index [N, V] x dense queries [V, B], then top-k per query."""
+    import torch
+
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    q = torch.from_numpy(queries.toarray().T.copy()).to(device=device, dtype=dtype)
+    scores = index_t @ q
+    out = torch.topk(scores, min(k, scores.shape[0]), dim=0)
+    _sync(device)
+    return out
+
+
+def _latency_setup(ctx: Context, model_dir: Path):
+    cfg = ctx.cfg
+    lat = ctx.mcfg.get("latency") or {}
+    protocol, repeats, deviation = _protocol(cfg)
+    enc = VDRModel.load(model_dir, ctx.mcfg.get("torch_threads"))
+    bs = protocol.batch_size
+    corpus = list(store.iter_corpus(ctx.data_dir()))
+    n_sample = lat.get("corpus_sample")
+    docs = corpus[: int(n_sample)] if n_sample and n_sample < len(corpus) else corpus
+    queries = store.read_queries(ctx.data_dir(), "test")
+    qbatches = [[enc.question(q.text) for q in queries[i:i + bs]] for i in range(0, len(queries), bs)]
+    gpu = _cuda_ok(cfg)
+    if gpu:
+        enc.to("cuda")
+    return {
+        "enc": enc, "docs": docs, "texts": [passage_text(d) for d in docs], "protocol": protocol,
+        "repeats": repeats, "index_repeats": int(lat.get("index_repeats") or repeats), "deviation": deviation,
+        "bs": bs, "max_len": protocol.max_length or enc.s["p_max_len"], "trim": protocol.trim,
+        "k": cfg["evaluate"]["depth"], "total_batches": len(qbatches), "qbatches": qbatches,
+        "n_batches": int(lat.get("batches", 2)), "n_rerank": int(lat.get("rerank_batches", 1)),
+        "n_queries": len(queries), "scale": len(corpus) / max(1, len(docs)), "corpus_passages": len(corpus),
+        "dev": "cuda" if gpu else "cpu",
+    }
+
+
+def _common(ctx: Context, st: Mapping[str, Any], model_dir: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "protocol": st["protocol"].name, "repeats": st["repeats"], "index_repeats": st["index_repeats"],
+        "deviation": st["deviation"], "trim": st["trim"], "batch_size": st["bs"], "max_length": st["max_len"],
+        "query_max_length": st["enc"].s["q_max_len"], "k": st["k"], "corpus_passages": st["corpus_passages"],
+        "timed_passages": len(st["docs"]), "corpus_scale": st["scale"], "test_questions": st["n_queries"],
+        "test_batches": st["total_batches"], "device": st["dev"], "model": str(model_dir),
+        "note": "search-stage figures = trimmed mean per batch of 32 x test batches; indexing = whole corpus "
+                "(timed on the first timed_passages and scaled by corpus_scale when latency.corpus_sample is set)",
+        **extra,
+    }
+
+
+def latency(ctx: Context, model_dir: Path, out_dir: Path) -> list[Path]:
+    """Table 2 rows full, alpha and beta of ``ctx.method`` (``<m>.lat-full|alpha|beta``)."""
+    cfg = ctx.cfg
+    st = _latency_setup(ctx, model_dir)
+    enc, docs, texts, bs, max_len, k = st["enc"], st["docs"], st["texts"], st["bs"], st["max_len"], st["k"]
+    repeats, trim, total_batches, scale, dev = st["repeats"], st["trim"], st["total_batches"], st["scale"], st["dev"]
+    qbatches = st["qbatches"][: st["n_batches"]]
+
+    # indexing stages over the corpus: T(D) tokenises on the CPU; E_θ(D) on the timing device
+    built: dict[str, Any] = {}
+
+    def t_d():
+        built["T"] = build_token_index(enc.tok, docs, max_len, enc.skip)
+
+    def e_d():
+        built["E"] = enc.embed_passages(texts, max_len, batch_size=bs)
+        _sync(dev)
+
+    t_d_s = _timed(t_d, st["index_repeats"])
+    e_d_s = _timed(e_d, st["index_repeats"])
+    tindex = built["T"]
+    emb = SparseEmbeddingIndex(built["E"], [d.id for d in docs])
+    emb.by_dim  # noqa: B018 - the search layout is built before the timed searches
+
+    # search stages, per batch of questions; f(q, D) on the CPU (scipy / numba kernel)
+    samples: dict[str, list[float]] = {x: [] for x in ("E_q", "T_q", "f_full", "f_alpha", "f_beta")}
+    encoded = []
+    for qb in qbatches:
+        def eq_fn(qb=qb):
+            r = enc.embed_questions(qb, batch_size=bs)
+            _sync(dev)
+            return r
+
+        eq, tq = eq_fn(), enc.binary_questions(qb)
+        encoded.append((eq, tq))
+        samples["E_q"] += _timed(eq_fn, repeats)
+        samples["T_q"] += _timed(lambda qb=qb: enc.binary_questions(qb), repeats)
+        samples["f_full"] += _timed(lambda eq=eq: emb.search(eq, k), repeats)
+        samples["f_alpha"] += _timed(lambda tq=tq: emb.search(tq, k), repeats)
+        samples["f_beta"] += _timed(lambda eq=eq: tindex.search(eq, k), repeats, warmup=1)
+    per_batch = {x: _trimmed(v, trim) for x, v in samples.items()}
+    T_D, E_D = _trimmed(t_d_s, trim) * scale, _trimmed(e_d_s, trim) * scale
+    tot = {x: v * total_batches * (scale if x.startswith("f_") else 1.0) for x, v in per_batch.items()}
+
+    # the other device's columns: E_θ(q) on the CPU as well when the GPU is primary, f(q, D) on the GPU
+    by_dev: dict[str, dict[str, float]] = {"cpu": {}, "cuda": {}}
+    not_run: dict[str, str] = {}
+    if dev == "cuda":
+        by_dev["cuda"] = {"E_q": tot["E_q"], **_gpu_search(emb, tindex, encoded, k, repeats, trim, total_batches * scale)}
+        enc.to("cpu")
+        cpu_eq = [x for qb in qbatches for x in _timed(lambda qb=qb: enc.embed_questions(qb, batch_size=bs), repeats)]
+        by_dev["cpu"] = {"E_q": _trimmed(cpu_eq, trim) * total_batches}
+    else:
+        from harness.meta import resolve_device
+
+        why = resolve_device("cuda")[1] or "timing.device is cpu (set timing.device: cuda on a GPU machine)"
+        if cfg["timing"]["device"] != "cuda":
+            why = f"timing.device is {cfg['timing']['device']}: the GPU columns are timed with timing.device: cuda"
+        not_run = {"E_q_cuda": why, "f_cuda": why}
+        by_dev["cpu"] = {"E_q": tot["E_q"]}
+    by_dev["cpu"].update({x: tot[x] for x in ("f_full", "f_alpha", "f_beta")})
+
+    # totals are per-batch means times the test set's batches (and a corpus sample scaled to the
+    # corpus): projected whenever fewer batches, or fewer passages, were timed than they stand for
+    p_search = len(qbatches) < total_batches or scale != 1.0
+    p_index = scale != 1.0
+
+    def row(f_key: str, q_key: str, index_key: str) -> dict[str, Any]:
+        index_s = T_D if index_key == "T_D" else E_D
+        vals: dict[str, Any] = {index_key: _v(index_s, "s", "cpu" if index_key == "T_D" else dev, p_index)}
+        for d, figures in by_dev.items():
+            if q_key == "E_q" and "E_q" in figures:
+                vals[f"E_q_{d}"] = _v(figures["E_q"], "s", d, len(qbatches) < total_batches)
+            if f_key in figures:
+                vals[f"f_{d}"] = _v(figures[f_key], "s", d, p_search)
+        if q_key == "T_q":
+            vals["T_q"] = _v(tot["T_q"], "s", "cpu", len(qbatches) < total_batches)
+        q_s = tot["T_q"] if q_key == "T_q" else by_dev[dev]["E_q"]
+        search_total = q_s + by_dev[dev][f_key]
+        vals["search_total"] = _v(search_total, "s", dev, p_search)
+        vals["total"] = _v(search_total + index_s, "s", dev, p_search or p_index)
+        vals[f"{q_key}_per_batch"] = _v(per_batch[q_key], "s", dev if q_key == "E_q" else "cpu")
+        vals["f_per_batch_cpu"] = _v(per_batch[f_key], "s", "cpu")
+        return vals
+
+    rows = {"lat-full": row("f_full", "E_q", "E_D"), "lat-alpha": row("f_alpha", "T_q", "E_D"),
+            "lat-beta": row("f_beta", "E_q", "T_D")}
+    common = _common(ctx, st, model_dir, timed_batches=len(qbatches),
+                     raw_samples_seconds={"T_D": t_d_s, "E_D": e_d_s, **samples})
+    return [_write(Path(out_dir) / f"{ctx.method}.{name}.json", f"{ctx.method}.{name}", ctx.dataset, vals, not_run,
+                   **common) for name, vals in rows.items()]
+
+
+def latency_rerank(ctx: Context, model_dir: Path, base: Path, depths: Sequence[int], out_dir: Path) -> list[Path]:
+    """Table 2 rows SVDR_β (k=m): the beta row (``base``, its T(D), E_θ(q), f(q,D)) plus E_θ(p),
+    embedding the unique passages of each batch's beta top m and re-scoring them."""
+    st = _latency_setup(ctx, model_dir)
+    enc, docs, texts, bs, max_len, dev = st["enc"], st["docs"], st["texts"], st["bs"], st["max_len"], st["dev"]
+    qbatches = st["qbatches"][: st["n_rerank"]]
+    b = read_json(base)
+    tindex = build_token_index(enc.tok, docs, max_len, enc.skip)
+    e_p: dict[int, list[float]] = {m: [] for m in depths}
+    for qb in qbatches:
+        eq = enc.embed_questions(qb, batch_size=bs)
+        _, rows = tindex.search(eq, max(depths))
+        for m in depths:
+            ptexts = [texts[i] for i in sorted({int(r) for r in rows[:, :m].ravel() if r >= 0})]
+
+            def embed_and_score(ptexts=ptexts, eq=eq):
+                pv = enc.embed_passages(ptexts, max_len, batch_size=bs)
+                _sync(dev)
+                return (eq @ pv.T).toarray()
+
+            e_p[m] += _timed(embed_and_score, st["repeats"])
+    out = []
+    for m in depths:
+        per_batch = _trimmed(e_p[m], st["trim"])
+        vals = {key: dict(b["values"][key]) for key in ("T_D", "E_q_cpu", "E_q_cuda", "f_cpu", "f_cuda")
+                if key in b["values"]}
+        proj = len(qbatches) < st["total_batches"]
+        vals["E_p"] = _v(per_batch * st["total_batches"], "s", dev, proj)
+        vals["E_p_per_batch"] = _v(per_batch, "s", dev)
+        search_total = b["values"]["search_total"]["value"] + vals["E_p"]["value"]
+        proj = proj or b["values"]["search_total"].get("kind") == "projected"
+        vals["search_total"] = _v(search_total, "s", dev, proj)
+        vals["total"] = _v(search_total + b["values"]["T_D"]["value"], "s", dev, proj)
+        name = f"{ctx.method}.lat-beta-m{m}"
+        out.append(_write(Path(out_dir) / f"{name}.json", name, ctx.dataset, vals, b.get("not_run", {}),
+                          **_common(ctx, st, model_dir, base=str(base), rerank_depth=m,
+                                    timed_rerank_batches=len(qbatches), raw_samples_seconds={"E_p": e_p[m]})))
+    return out
+
+
+def _gpu_search(emb, tindex, encoded, k, repeats, trim, factor) -> dict[str, float]:
+    """f(q, D) on the GPU, the authors' way: fp16 torch.sparse CSR index x dense query batch, then
+    top-k (not exercised on the CPU-only CI machines). Returns totals (per batch x ``factor``)."""
+    e_t = _torch_sparse(emb.matrix, "cuda")
+    t_t = _torch_sparse(tindex.to_scipy_csr(), "cuda")
+    out: dict[str, list[float]] = {"f_full": [], "f_alpha": [], "f_beta": []}
+    for eq, tq in encoded:
+        out["f_full"] += _timed(lambda eq=eq: _torch_search(e_t, eq, k, "cuda"), repeats, warmup=1)
+        out["f_alpha"] += _timed(lambda tq=tq: _torch_search(e_t, tq, k, "cuda"), repeats, warmup=1)
+        out["f_beta"] += _timed(lambda eq=eq: _torch_search(t_t, eq, k, "cuda"), repeats, warmup=1)
+    return {x: _trimmed(v, trim) * factor for x, v in out.items()}
+
+
+def _baseline_timing(ctx: Context, name: str, inputs: Mapping[str, Path]) -> dict[str, Any]:
+    """Index build, E(q) and f(q,D) of BM25 or DPR timed with the profile's protocol (harness.timing)."""
+    from harness.methods import bm25, dpr
+    from harness.plan import Job
+    from harness.timing import PROTOCOLS, run
+
+    cfg = ctx.cfg
+    protocol = PROTOCOLS.get(cfg["timing"].get("protocol") or "svdr-appendix-b")
+    repeats = cfg["timing"].get("repeats") or protocol.repeats
+    queries = [q.text for q in store.read_queries(inputs["data"], "test")]
+    bctx = Context(cfg, name, ctx.dataset)
+    if name == "bm25":
+        job = Job("index", "bm25", "bm25", "build", ctx.dataset)
+        searcher = bm25.Searcher(bctx, inputs["bm25_index"])
+        build = lambda out: bm25.build(bctx, job, {"data": inputs["data"]}, out)  # noqa: E731
+    else:
+        job = Job("index", "dpr", "dpr", "build", ctx.dataset)
+        searcher = dpr.Searcher(bctx, inputs["dpr_index"], inputs["dpr_model"])
+        build = lambda out: dpr.build(bctx, job, {"data": inputs["data"], "model": inputs["dpr_model"]}, out)  # noqa: E731
+    return run(cfg, name, str(ctx.dataset), queries, build_index=build, searcher=searcher, protocol=protocol,
+               repeats=repeats, max_queries=cfg["timing"].get("search_queries"))
+
+
+def latency_baselines(ctx: Context, inputs: Mapping[str, Path], out_dir: Path) -> list[Path]:
+    """Table 2 rows of BM25 and DPR, timed here with the same protocol as the SVDR rows."""
+    from harness.meta import resolve_device
+
+    queries = store.read_queries(inputs["data"], "test")
+    out = []
+    for name in (ctx.mcfg.get("latency") or {}).get("baselines") or []:
+        t = _baseline_timing(ctx, name, inputs)
+        dev = t.get("device", "cpu")
+        bs = t["protocol"]["batch_size"]
+        batches = math.ceil(len(queries) / bs)
+        s = t["summary"]
+        index_s = s["index_seconds"]["mean"]
+        enc = s["encode_ms_per_batch"]["mean"] / 1000 * batches
+        f = s["search_ms_per_batch"]["mean"] / 1000 * batches
+        projected = t["batches"] < batches  # per-batch means times the test set's batches
+        suffix = "cuda" if dev == "cuda" else "cpu"
+        other = "cpu" if suffix == "cuda" else "cuda"
+        vals: dict[str, Any] = {}
+        why_other = f"the baseline timing ran on {dev} only"
+        if other == "cuda":
+            why_other = resolve_device("cuda")[1] or f"timing.device is {ctx.cfg['timing']['device']}"
+        not_run = {f"f_{other}": why_other}
+        if name == "bm25":
+            vals["T_D"] = _v(index_s, "s", dev)
+            vals[f"f_{suffix}"] = _v(f, "s", dev, projected)
+            total = f
+        else:
+            vals["E_D"] = _v(index_s, "s", dev)
+            vals[f"E_q_{suffix}"] = _v(enc, "s", dev, projected)
+            vals[f"f_{suffix}"] = _v(f, "s", dev, projected)
+            not_run[f"E_q_{other}"] = why_other
+            total = enc + f
+        vals["search_total"] = _v(total, "s", dev, projected)
+        vals["total"] = _v(total + index_s, "s", dev, projected)
+        out.append(_write(Path(out_dir) / f"{ctx.method}.lat-{name}.json", f"{ctx.method}.lat-{name}", ctx.dataset,
+                          vals, not_run, timing=t, protocol=t["protocol"]["name"], repeats=t.get("repeats"),
+                          deviation=t.get("deviation"), test_batches=batches,
+                          note="index build, E(q) and f(q,D) per batch (protocol) x test batches"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Table 3: in-training retrieval
+# --------------------------------------------------------------------------------------------
+def _faiss_memory(index) -> int:
+    import faiss
+
+    if isinstance(index, faiss.IndexFlat):
+        return int(index.ntotal) * int(index.d) * 4
+    return int(faiss.serialize_index(index).size)
+
+
+def intrain(ctx: Context, model_dir: Path, token_dir: Path, bm25_dir: Path, dpr_model: Path, dpr_index: Path,
+            out_dir: Path) -> list[Path]:
+    from harness.methods import bm25, dpr
+
+    cfg = ctx.cfg
+    s = settings(ctx.mcfg, method=ctx.method)
+    protocol, repeats, deviation = _protocol(cfg)
+    B, m = int(s["batch_size"]), int(s["retrieval_top_m"])
+    n = int((ctx.mcfg.get("intrain") or {}).get("batches", 3))
+    queries = store.read_queries(ctx.data_dir(), "train")
+    batches = [[q.text for q in queries[i:i + B]] for i in range(0, len(queries), B)][:n]
+    common = {"protocol": protocol.name, "repeats": repeats, "deviation": deviation, "batch_size": B, "top_m": m,
+              "timed_batches": len(batches), "corpus": ctx.dataset,
+              "note": "latency: retrieval of the top m for one batch of training questions; neural query "
+                      "encoding outside the timer; memory: index bytes held in host memory (the CPU index; GPU memory is not measured)"}
+    out = []
+
+    enc = VDRModel.load(model_dir, s["torch_threads"])
+    tindex, _ = load_token_index(token_dir)
+    samples: list[float] = []
+    for texts in batches:
+        qv = enc.encode_questions(texts)
+        samples += _timed(lambda qv=qv: tindex.search(qv, m), repeats, warmup=1)
+    out.append(_write(Path(out_dir) / "svdr.intrain-beta.json", "svdr.intrain-beta", ctx.dataset, {
+        "latency_per_batch": _v(_trimmed(samples, protocol.trim), "s", "cpu"),
+        "storage_bytes": _v(folder_bytes(token_dir), "B"),
+        "memory_bytes": _v(tindex.nbytes, "B", "cpu")}, {}, index=str(token_dir), raw_samples_seconds=samples,
+        **common))
+
+    dctx = Context(cfg, "dpr", ctx.dataset)
+    ds = dpr.Searcher(dctx, dpr_index, dpr_model)
+    samples = []
+    for texts in batches:
+        qv = ds.encode(texts)
+        samples += _timed(lambda qv=qv: ds.search(qv, m), repeats, warmup=1)
+    out.append(_write(Path(out_dir) / "svdr.intrain-dpr.json", "svdr.intrain-dpr", ctx.dataset, {
+        "latency_per_batch": _v(_trimmed(samples, protocol.trim), "s", "cpu"),
+        "storage_bytes": _v(folder_bytes(dpr_index), "B"),
+        "memory_bytes": _v(_faiss_memory(ds.index.index), "B", "cpu")}, {}, index=str(dpr_index),
+        raw_samples_seconds=samples, **common))
+
+    bctx = Context(cfg, "bm25", ctx.dataset)
+    bs_ = bm25.Searcher(bctx, bm25_dir)
+    samples = []
+    for texts in batches:
+        samples += _timed(lambda texts=texts: bs_.search(bs_.encode(texts), m), repeats, warmup=1)
+    out.append(_write(Path(out_dir) / "svdr.intrain-bm25.json", "svdr.intrain-bm25", ctx.dataset, {
+        "latency_per_batch": _v(_trimmed(samples, protocol.trim), "s", "cpu"),
+        "storage_bytes": _v(folder_bytes(bm25_dir), "B")},
+        {"memory_bytes": "Lucene reads its index through the JVM and the OS page cache: no index-sized allocation to measure"},
+        index=str(bm25_dir), raw_samples_seconds=samples, **common))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Table 5: synthetic binary token index
+# --------------------------------------------------------------------------------------------
+def synthetic(ctx: Context, out_dir: Path) -> list[Path]:
+    from harness.bench.beta_search import synthetic_postings, synthetic_queries
+    from harness.indexes.token_csr import BinaryTokenIndex
+    syn = {**synthetic_defaults(), **(ctx.mcfg.get("synthetic") or {})}
+    protocol, repeats, deviation = _protocol(ctx.cfg)
+    n, vocab, k = int(syn["passages"]), int(syn["vocab"]), int(syn["k"])
+    rng = np.random.default_rng(ctx.cfg["seed"])
+    common = {"protocol": protocol.name, "repeats": repeats, "deviation": deviation, "passages": n, "vocab": vocab,
+              "query_active": syn["query_active"], "zipf_a": syn["zipf_a"], "k": k,
+              "note": "synthetic index (no dataset): passages with a distinct tokens each, Zipf-like document "
+                      "frequencies; latency of one batch of beta search (numba kernel, CPU), trimmed mean; "
+                      "memory: index bytes in host memory"}
+    out = []
+    base = None
+    tmp = Path(tempfile.mkdtemp(prefix="svdr-synth-"))
+    try:
+        densities = sorted(set(syn["densities"]) | {syn["base_density"]})
+        for a in densities:
+            indptr, ids, p = synthetic_postings(n, vocab, float(a), float(syn["zipf_a"]), rng)
+            index = BinaryTokenIndex.from_postings(indptr, ids, n, vocab)
+            del indptr, ids
+            path = index.save(tmp / f"a{a}.tcsr")
+            disk = path.stat().st_size
+            path.unlink()
+            q = synthetic_queries(int(syn["base_batch"]), vocab, int(syn["query_active"]), "uniform", p, rng)
+            samples = _timed(lambda q=q, index=index: index.search(q, k), repeats, warmup=1)
+            per_batch = _trimmed(samples, protocol.trim)
+            if a == syn["base_density"]:
+                base = (index, p)
+            if a in syn["densities"]:
+                out.append(_write(Path(out_dir) / f"svdr.synth-a{a}.json", f"svdr.synth-a{a}", ctx.dataset, {
+                    "latency_per_batch": _v(per_batch, "s", "cpu"),
+                    "latency_per_query": _v(per_batch / syn["base_batch"], "s", "cpu"),
+                    "storage_bytes": _v(disk, "B"), "memory_bytes": _v(index.nbytes, "B", "cpu"),
+                    "nnz": _v(index.nnz, "count")}, {}, density=a, batch=syn["base_batch"],
+                    raw_samples_seconds=samples, **common))
+        index, p = base
+        for b in syn["batch_sizes"]:
+            q = synthetic_queries(int(b), vocab, int(syn["query_active"]), "uniform", p, rng)
+            samples = _timed(lambda q=q: index.search(q, k), repeats, warmup=1)
+            per_batch = _trimmed(samples, protocol.trim)
+            out.append(_write(Path(out_dir) / f"svdr.synth-bs{b}.json", f"svdr.synth-bs{b}", ctx.dataset, {
+                "latency_per_batch": _v(per_batch, "s", "cpu"),
+                "latency_per_query": _v(per_batch / b, "s", "cpu")}, {}, density=syn["base_density"], batch=b,
+                raw_samples_seconds=samples, **common))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
 # jobs (harness/plan.py): what methods.svdr / methods.vdr produce, and the steps that produce it
 # --------------------------------------------------------------------------------------------
 SCHEMA = "vdr.schema.yaml"
@@ -869,7 +1384,7 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     """full <E(q), E(D)>, alpha <T(q), E(D)>, beta <E(q), T(D)> and beta + re-rank(m) (the top m of
     the beta run embedded on the fly and re-scored), from one model load and one question encoding."""
     from harness.artifacts import write_run_with_meta
-    from harness.methods.rerank import rerank
+    from harness.rerank import rerank
 
     name, k = job.method, ctx.cfg["evaluate"]["depth"]
     queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
@@ -929,39 +1444,29 @@ def run_ablation_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out:
 
 
 def measure_index(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
-    from harness.methods import svdr_efficiency as eff
-
-    eff.write_index_metrics(ctx, inputs["token_index"], inputs["emb_index"], out / f"{job.method}.index.json")
+    write_index_metrics(ctx, inputs["token_index"], inputs["emb_index"], out / f"{job.method}.index.json")
     return {}
 
 
 def measure_latency(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
-    from harness.methods import svdr_efficiency as eff
-
-    eff.latency(ctx, inputs["model"], out)
+    latency(ctx, inputs["model"], out)
     depths = sorted((ctx.mcfg.get("latency") or {}).get("rerank_depths") or [])
     if depths:
-        eff.latency_rerank(ctx, inputs["model"], out / f"{job.method}.lat-beta.json", depths, out)
+        latency_rerank(ctx, inputs["model"], out / f"{job.method}.lat-beta.json", depths, out)
     return {}
 
 
 def measure_baselines(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
-    from harness.methods import svdr_efficiency as eff
-
-    eff.latency_baselines(ctx, inputs, out)
+    latency_baselines(ctx, inputs, out)
     return {}
 
 
 def measure_intrain(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
-    from harness.methods import svdr_efficiency as eff
-
-    eff.intrain(ctx, inputs["model"], inputs["token_index"], inputs["bm25_index"], inputs["dpr_model"],
+    intrain(ctx, inputs["model"], inputs["token_index"], inputs["bm25_index"], inputs["dpr_model"],
                 inputs["dpr_index"], out)
     return {}
 
 
 def measure_synthetic(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
-    from harness.methods import svdr_efficiency as eff
-
-    eff.synthetic(ctx, out)
+    synthetic(ctx, out)
     return {}

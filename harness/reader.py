@@ -1,7 +1,7 @@
 """An extractive reader in the style of DPR's, as BPR uses it (Appendix A.4), so that the EM columns
 of BPR's Tables 1 and 3 are measured.
 
-Model: a BERT-family encoder (``methods.reader.backbone``) reading ``[CLS] question [SEP] title
+Model: a BERT-family encoder (``reader.backbone``) reading ``[CLS] question [SEP] title
 [SEP] passage [SEP]`` for each of the top-k passages of a question; the passage-selection score
 is ``w_score · P_i^[CLS]`` (softmax over the k passages, Eq. 8), start/end scores are
 ``P_i w_start`` / ``P_i w_end`` (softmax over tokens, Eqs. 9-10). The answer is the best span
@@ -13,13 +13,13 @@ answer string occurs; the gold passage when none of the retrieved ones has it) a
 ``negative_passages`` retrieved passages without an answer (random passages when too few);
 loss = the selection cross-entropy + the start and end cross-entropies of the answer's first
 occurrence in the positive passage. The retrieved passages come from a run of
-``methods.reader.retriever`` over the training questions (rule ``reader_train_run``).
+``reader.retriever`` over the training questions (search job ``<retriever>.train``).
 
 EM (``harness.evaluate.qa.exact_match``) is measured per retrieval system on its TREC run of the
-test questions (``methods.reader.systems``; optionally a seeded sample of
+test questions (``reader.systems``; optionally a seeded sample of
 ``max_test_questions``) and written as a metrics part ``{"values": {"em": ...}}``.
 
-Commands: ``python -m harness.methods.reader {train,em} ...``.
+Commands: ``python -m harness.reader {train,em} ...``.
 """
 from __future__ import annotations
 

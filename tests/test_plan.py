@@ -1,0 +1,548 @@
+"""Contract tests of the plan (harness/plan.py) over every registered method and every profile.
+
+- every job's inputs resolve to a producing job, every system is written by one search job per
+  dataset, a job's hash is stable and moves with each key it reads;
+- every enabled method declares jobs; the matrices name only systems the plan produces (or that
+  the table marks not run / pending); ``snakemake -n reproduce_all`` reaches every one of them;
+- stale artifacts are refused: hashes cover the inputs' settings transitively (BM25 -> negatives ->
+  models; backbone definitions -> models; the smoke fixture -> everything) and check_input names
+  the key that differs;
+- a bad config fails before any job, naming the key and the closest match;
+- a failing rule's one-line harness error reaches the console;
+- the toy method (tests/plugins/toy_method.py) runs end to end without touching workflow/.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from harness import plan as hp
+from harness.config import REPO, load_config, load_schema
+from harness.errors import ConfigError
+from harness.methods import METHODS, STEPS
+
+PLUGINS = REPO / "tests" / "plugins"
+TOY_OVERLAY = PLUGINS / "toy.yaml"
+PROFILES: dict[str, list[Path]] = {
+    "smoke": [],
+    "small": [REPO / "configs" / "profiles" / "small.yaml"],
+    "paper": [REPO / "configs" / "profiles" / "paper.yaml"],
+    "toy": [TOY_OVERLAY],  # smoke + the toy plugin method
+}
+#: input kinds that some job of the plan must produce
+PRODUCED = ("model", "index", "run", "metrics", "system")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+@pytest.fixture(scope="module")
+def toy_registered():
+    """The toy plugin in this process's method registry (as HARNESS_PLUGINS=toy_method would put
+    it), taken out again afterwards so that other test modules see the package's methods only."""
+    added = "toy" not in METHODS
+    sys.path.insert(0, str(PLUGINS))
+    try:
+        importlib.import_module("toy_method")  # registers "toy" at import
+        load_schema.cache_clear()
+        yield
+    finally:
+        sys.path.remove(str(PLUGINS))
+        if added:
+            METHODS._items.pop("toy", None)
+            sys.modules.pop("toy_method", None)
+        load_schema.cache_clear()
+
+
+@pytest.fixture(params=list(PROFILES))
+def profile(request) -> str:
+    if request.param == "toy":
+        request.getfixturevalue("toy_registered")
+    return request.param
+
+
+def config(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    return load_config(PROFILES[profile], overrides)
+
+
+def fresh_plan(cfg: dict[str, Any]) -> hp.Plan:
+    """A plan built anew (harness.plan.get caches one per config content)."""
+    return hp._cached.__wrapped__(json.dumps(cfg, sort_keys=True, default=str))
+
+
+def section(cfg: dict[str, Any], job: hp.Job) -> dict[str, Any]:
+    return cfg["methods"].get(job.method) or cfg.get(job.method) or {}
+
+
+def all_concrete(p: hp.Plan) -> list[hp.Job]:
+    return [j for stage in hp.STAGES for j in p.concrete(stage)]
+
+
+def set_key(cfg: dict[str, Any], dotted: str, value: Any) -> None:
+    node = cfg
+    *parents, last = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def changed(value: Any) -> Any:
+    """Another value of the same kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-changed"
+    if isinstance(value, list):
+        return [*value, value[-1]] if value else ["changed"]
+    if isinstance(value, dict):
+        return {**value, "__changed__": 1}
+    return "changed"  # None: an optional key set
+
+
+def schema_has(dotted: str) -> bool:
+    """Whether the config schema allows the dotted key (a job's keys must name real settings)."""
+    from harness.config import _child_schema
+
+    root = load_schema("config")
+    node: Any = (root, (root,))
+    for part in dotted.split("."):
+        node = _child_schema(node[0], part, node[1])
+        if node is None:
+            return False
+    return True
+
+
+def smk(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def job_stats(text: str) -> Counter[str]:
+    """The first "Job stats" table of snakemake's output: rule -> count."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
+    counts: Counter[str] = Counter()
+    for line in lines[start + 3:]:
+        m = re.fullmatch(r"\s*(\S+)\s+(\d+)\s*", line)
+        if not m:
+            break
+        if m.group(1) != "total":
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def plugin_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["HARNESS_PLUGINS"] = "toy_method"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# every registered method: module contract
+
+
+@pytest.mark.parametrize("name", sorted({*METHODS, "toy"}))
+def test_method_module_contract(name, toy_registered):
+    """declare, search_job and a SCHEMA fragment (additionalProperties: false, an x-index-spec index)."""
+    from harness.methods import method_module, schema_fragment
+
+    module = method_module(name)
+    assert callable(module.declare) and callable(module.search_job), name
+    frag = schema_fragment(name)
+    assert frag["additionalProperties"] is False, f"{module.SCHEMA}: additionalProperties must be false"
+    assert "enabled" in frag["properties"] and "datasets" in frag["properties"]
+    specs = [k for k, v in frag["properties"].items() if isinstance(v, dict) and v.get("x-index-spec")]
+    assert "index" in specs, f"methods.{name}.index must say x-index-spec: true"
+
+
+# --------------------------------------------------------------------------------------------
+# every profile: the plan
+
+
+def test_every_input_resolves_to_a_producing_job(profile):
+    cfg = config(profile)
+    p = hp.get(cfg)
+    for job in all_concrete(p):
+        paths = p.inputs(job)  # raises if nothing produces an input
+        assert set(paths) == set(job.inputs)
+        for role, ref in job.inputs.items():
+            assert ref.kind in hp.KINDS, (job.id, role, ref)
+            if ref.kind in PRODUCED:
+                prod = p.producer(ref)
+                assert prod is not None, (job.id, role, ref)
+                assert p.job(*prod).stage == prod[0]
+            if ref.kind == "negatives":
+                from harness.negatives import negatives_job
+
+                for r in negatives_job(cfg, str(ref.dataset)).inputs.values():
+                    p.inputs(hp.Job("index", "probe", "probe", "probe", inputs={"x": r}))
+        # the step a job names exists
+        assert callable(getattr(importlib.import_module(job.module), job.step)), (job.module, job.step)
+
+
+def test_every_system_is_written_by_one_search_job_per_dataset(profile):
+    p = hp.get(config(profile))
+    systems = p.systems()  # raises on a system written twice
+    writers = Counter((s, j.dataset) for j in p.concrete("search") if j.params.get("split", "test") == "test"
+                      for s in j.systems)
+    assert writers and max(writers.values()) == 1, [k for k, n in writers.items() if n > 1]
+    assert set(systems) == set(writers)
+    for (system, _), job in systems.items():
+        assert system in job.systems
+
+
+def test_job_hashes_are_stable_and_move_with_each_key(profile):
+    cfg = config(profile)
+    a, b = fresh_plan(cfg), fresh_plan(copy.deepcopy(cfg))
+    jobs = all_concrete(a)
+    assert {(j.stage, j.id, j.dataset): a.hash(j) for j in jobs} == {(j.stage, j.id, j.dataset): b.hash(j) for j in jobs}
+    keys = sorted({k for j in jobs for k in j.keys})
+    unknown = [k for k in keys if not schema_has(k)]
+    assert not unknown, f"jobs read config keys the schema does not know: {unknown}"
+    for key in keys:
+        other = copy.deepcopy(cfg)
+        set_key(other, key, changed(hp.lookup_key(cfg, key)))
+        moved = hp.Plan(other, a.jobs.values())  # the same jobs, one key changed
+        for j in jobs:
+            if key in j.keys:
+                assert moved.hash(j) != a.hash(j), f"{j.stage} {j.id} on {j.dataset}: hash ignores {key}"
+
+
+def test_every_enabled_method_declares_jobs(profile):
+    cfg = config(profile)
+    p = hp.get(cfg)
+    declared = Counter(j.method for j in p.jobs.values())
+    for name, mcfg in cfg["methods"].items():
+        if mcfg.get("enabled", True):
+            assert name in METHODS
+            assert declared[name] >= 1, f"methods.{name} is enabled in {profile} but declares no job"
+    for name in STEPS:
+        if cfg.get(name) and cfg[name].get("enabled", True):
+            assert declared[name] >= 1
+
+
+def test_matrices_name_only_systems_the_plan_produces(profile):
+    """A wired cell (row -> system, column's dataset label substituted) is measured, i.e. some job of
+    the plan writes the system; in smoke every wired, substituted cell must be measured, elsewhere a
+    cell may be not run only because the method is off or not run on that dataset."""
+    from harness.tables import matrix as hmatrix
+    from harness.tables.published import PAPERS
+
+    cfg = config(profile)
+    bad = []
+    for paper in PAPERS:
+        doc = hmatrix.load_matrix(paper)
+        for tid, tmatrix in doc["tables"].items():
+            for row, system in (tmatrix.get("systems") or {}).items():
+                method, _ = hmatrix.split_system(system)
+                if method not in METHODS and method not in STEPS:
+                    bad.append(f"{paper} table {tid} row {row!r}: system {system!r} names no method")
+        for t in hmatrix.published(paper)["tables"]:
+            _, cells = hmatrix.resolve_table(cfg, paper, t["id"])
+            for c in cells:
+                if c.system is None or c.dataset is None or c.kind == "measured":
+                    continue
+                legit = (profile != "smoke" and ("enabled is false" in c.reason or "is not run on" in c.reason
+                                                 or "has no methods." in c.reason))
+                if not legit:
+                    bad.append(f"{paper} table {t['id']} {c.row!r} / {c.column!r}: {c.system} on {c.dataset}: {c.reason}")
+    assert not bad, "\n".join(bad[:30])
+
+
+@pytest.mark.parametrize("prof", ["smoke", "small", "paper", "toy"])
+def test_dry_run_reaches_every_system(prof, tmp_path, request):
+    """`snakemake -n reproduce_all`: one evaluate per test-split search job, one measure per measure job,
+    and every model of the plan."""
+    env = None
+    if prof == "toy":
+        request.getfixturevalue("toy_registered")
+        env = plugin_env()
+    p = hp.get(config(prof))
+    args = ["-n", "--nolock", "reproduce_all"]
+    if PROFILES[prof]:
+        args += ["--configfile", *map(str, PROFILES[prof])]
+    r = smk(*args, "--config", f"results_dir={tmp_path}", env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    tests = [j for j in p.concrete("search") if j.params.get("split", "test") == "test"]
+    assert stats["evaluate"] == len(tests), (stats, len(tests))
+    assert stats["measure"] == len(p.concrete("measure"))
+    assert stats["train"] == len(p.concrete("train")), "a declared model that nothing uses"
+    assert stats["search"] == len(p.concrete("search"))
+    out = r.stdout + r.stderr
+    for (system, dataset), job in p.systems().items():
+        assert f"{tmp_path}/{cfg_profile(prof)}/eval/{dataset}/{job.id}" in out, system
+
+
+def cfg_profile(prof: str) -> str:
+    return "smoke" if prof == "toy" else prof
+
+
+# --------------------------------------------------------------------------------------------
+# stale artifacts
+
+
+def test_bm25_k1_changes_negatives_and_every_model_trained_on_them():
+    from harness.negatives import negatives_job
+
+    cfg = config("smoke")
+    other = config("smoke", {"methods.bm25.k1": cfg["methods"]["bm25"]["k1"] + 0.3})
+    a, b = fresh_plan(cfg), fresh_plan(other)
+    td = cfg["methods"]["dpr"]["train_dataset"]
+    assert a.hash(negatives_job(cfg, td)) != b.hash(negatives_job(other, td))
+    on_negatives = [j for j in a.concrete("train") if any(r.kind == "negatives" for r in j.inputs.values())]
+    assert {"dpr", "svdr", "bpr"} <= {j.id for j in on_negatives}
+    for j in on_negatives:
+        assert a.hash(j) != b.hash(b.job("train", j.id)), f"model {j.id} ignores methods.bm25.k1"
+        idx = [i for i in a.concrete("search") if any(r.kind == "model" and r.id == j.id for r in i.inputs.values())]
+        for s in idx:
+            assert a.hash(s) != b.hash(b.job("search", s.id, s.dataset))
+    # k1 is a search-time setting: the Lucene index itself is not rebuilt
+    bm25_index = a.job("index", "bm25", td)
+    assert a.hash(bm25_index) == b.hash(b.job("index", "bm25", td))
+
+
+def test_backbone_definition_changes_every_model():
+    cfg = config("smoke")
+    other = config("smoke", {"backbones.splade-tiny.source": "package:someone-else"})
+    a, b = fresh_plan(cfg), fresh_plan(other)
+    models = a.concrete("train")
+    assert models
+    for j in models:
+        assert section(cfg, j).get("backbone") == "splade-tiny"
+        assert a.hash(j) != b.hash(b.job("train", j.id)), f"model {j.id} ignores backbones.splade-tiny"
+
+
+@pytest.mark.parametrize("prof", ["small", "paper"])
+def test_backbone_definition_changes_the_models_of_every_profile(prof):
+    cfg = config(prof)
+    a = fresh_plan(cfg)
+    for j in a.concrete("train"):
+        bb = section(cfg, j).get("backbone")
+        if bb is None:
+            continue
+        other = copy.deepcopy(cfg)
+        other["backbones"][bb]["source"] += "-changed"
+        assert a.hash(j) != fresh_plan(other).hash(j), f"{prof}: model {j.id} ignores backbones.{bb}"
+
+
+def test_reader_hash_covers_its_own_backbone():
+    """The reader's backbone may differ from its retriever's: its definition must still reach the hash."""
+    cfg = config("smoke", {"reader.backbone": "minilm-l6"})
+    other = config("smoke", {"reader.backbone": "minilm-l6", "backbones.minilm-l6.source": "package:someone-else"})
+    a, b = fresh_plan(cfg), fresh_plan(other)
+    assert a.hash(a.job("train", "reader")) != b.hash(b.job("train", "reader")), \
+        "model reader ignores backbones.<reader.backbone>"
+
+
+def _fake_artifact(p: hp.Plan, job: hp.Job) -> Path:
+    """What harness.stages.run_stage leaves: the folder and its meta.json."""
+    from harness.meta import write_meta
+
+    out = hp.output(p.cfg, job)
+    out.mkdir(parents=True)
+    (out / "weights.bin").write_bytes(b"\0" * 16)
+    write_meta(out, "model", spec=job.id, config_hash=p.hash(job), seconds=0.0,
+               extra={"job": job.id, "method": job.method, "config_values": p.values(job),
+                      "input_hashes": p.input_hashes(job)})
+    return out
+
+
+def test_check_input_refuses_a_model_built_under_another_config(tmp_path):
+    old_cfg = config("smoke", {"results_dir": str(tmp_path), "methods.dpr.lr": 1.0e-3})
+    new_cfg = config("smoke", {"results_dir": str(tmp_path)})
+    old, new = fresh_plan(old_cfg), fresh_plan(new_cfg)
+    folder = _fake_artifact(old, old.job("train", "dpr"))
+    ref = hp.Ref("model", "dpr")
+    assert hp.check_input(old, "model", ref) == folder
+    with pytest.raises(ConfigError) as exc:
+        hp.check_input(new, "model", ref)
+    msg = str(exc.value)
+    assert old.ref_hash(ref) in msg and new.ref_hash(ref) in msg
+    assert "methods.dpr.lr" in msg and str(folder) in msg
+
+
+def test_check_input_names_a_changed_input(tmp_path):
+    old_cfg = config("smoke", {"results_dir": str(tmp_path), "methods.bm25.k1": 1.5})
+    new_cfg = config("smoke", {"results_dir": str(tmp_path)})
+    old, new = fresh_plan(old_cfg), fresh_plan(new_cfg)
+    _fake_artifact(old, old.job("train", "dpr"))
+    with pytest.raises(ConfigError, match=r"its input negatives"):
+        hp.check_input(new, "model", hp.Ref("model", "dpr"))
+
+
+def test_check_input_refuses_an_artifact_without_meta(tmp_path):
+    from harness.errors import DataError
+
+    p = fresh_plan(config("smoke", {"results_dir": str(tmp_path)}))
+    (tmp_path / "smoke" / "models" / "dpr").mkdir(parents=True)
+    with pytest.raises(DataError, match="no meta.json"):
+        hp.check_input(p, "model", hp.Ref("model", "dpr"))
+    with pytest.raises(DataError, match="does not exist"):
+        hp.check_input(p, "model", hp.Ref("model", "svdr"))
+
+
+def test_smoke_fixture_is_a_data_input_and_its_edit_moves_every_hash(tmp_path, monkeypatch):
+    from harness import workflow as hwf
+    from harness.datasets import smoke
+
+    cfg = config("smoke")
+    files = hwf.data_inputs(cfg, SimpleNamespace(dataset="smoke"))
+    assert sorted(files) == ["harness/datasets/smoke/corpus.jsonl", "harness/datasets/smoke/questions.jsonl"]
+    assert all((REPO / f).is_file() for f in files)
+
+    before = fresh_plan(cfg)
+    jobs = all_concrete(before)
+    copy_dir = tmp_path / "fixture"
+    shutil.copytree(smoke.FIXTURE, copy_dir)
+    monkeypatch.setattr(smoke, "FIXTURE", copy_dir)
+    assert hwf.data_inputs(cfg, SimpleNamespace(dataset="smoke")) == [str(copy_dir / f.rsplit("/", 1)[1]) for f in files]
+    same = fresh_plan(cfg)
+    assert all(same.hash(j) == before.hash(j) for j in jobs), "an identical copy of the fixture changed a hash"
+
+    corpus = copy_dir / "corpus.jsonl"
+    lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
+    rec = json.loads(lines[0])
+    rec["text"] += " An edited sentence."
+    lines[0] = json.dumps(rec) + "\n"
+    corpus.write_text("".join(lines), encoding="utf-8")
+    after = fresh_plan(cfg)
+    data = hp.Ref("data", dataset="smoke")
+    assert after.ref_hash(data) != before.ref_hash(data)
+    assert hwf.data_hash(cfg, SimpleNamespace(dataset="smoke")) == hp.get(cfg).ref_hash(data)
+    unchanged = [f"{j.stage} {j.id} {j.dataset}" for j in jobs if after.hash(j) == before.hash(j)]
+    assert not unchanged, f"jobs whose hash ignores the fixture: {unchanged}"
+
+
+# --------------------------------------------------------------------------------------------
+# config validation, before any job
+
+
+BAD_CONFIGS = [
+    pytest.param({"methods": {"bpx": {"enabled": True}}}, ["'bpx'", "'bpr'"], id="unknown-method"),
+    pytest.param({"methods.bpx.enabled": True}, ["methods.bpx", "methods.bpr"], id="unknown-method-dotted"),
+    pytest.param({"methods": {"dpr": {"k1": 1.0}}}, ["'k1'", "methods.dpr", "methods.bm25"], id="other-methods-key"),
+    pytest.param({"methods.dpr.k1": 1.0}, ["methods.dpr.k1", "methods.bm25"], id="other-methods-key-dotted"),
+    pytest.param({"methods.dpr.index": "faiss:Flatt"}, ["methods.dpr.index", "'faiss:Flat'"], id="faiss-spec"),
+    pytest.param({"methods.bm25.index": "lucene:bm52"}, ["methods.bm25.index", "'lucene:bm25'"], id="lucene-spec"),
+    pytest.param({"reader.systems": ["dpr", "dpr.hsnw"]}, ["reader", "'dpr.hsnw'", "'dpr.hnsw'"], id="reader-system"),
+]
+
+
+@pytest.mark.parametrize("overrides,words", BAD_CONFIGS)
+def test_bad_config_fails_with_key_and_closest_match(overrides, words):
+    with pytest.raises(ConfigError) as exc:
+        hp.get(load_config([], overrides))
+    msg = str(exc.value)
+    for w in words:
+        assert w in msg, f"{w!r} not in: {msg}"
+
+
+def test_bad_index_spec_fails_snakemake_dry_run_before_any_job(tmp_path):
+    results = tmp_path / "results"
+    r = smk("-n", "--nolock", "reproduce_all", "--config", f"results_dir={results}", "methods.dpr.index=faiss:Flatt")
+    assert r.returncode != 0
+    assert "methods.dpr.index" in r.stderr and "'faiss:Flat'" in r.stderr, r.stderr[-2000:]
+    assert not results.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# a failing rule's error reaches the console
+
+
+def test_failing_rule_error_reaches_the_console(tmp_path):
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    cache.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_DATA_MIRROR"}
+    target = results / "small" / "data" / "scifact"
+    r = smk("--cores", "1", "--nolock", str(target), "--configfile", "configs/profiles/small.yaml",
+            "--config", f"results_dir={results}", "data.offline=true", f"data.cache_dir={cache}",
+            env=env, timeout=300)
+    assert r.returncode != 0
+    console = r.stdout + r.stderr
+    log = (results / "small" / "logs" / "data" / "scifact.log").read_text(encoding="utf-8")
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert errors, log[-2000:]
+    assert errors[-1] in console, console[-3000:]
+    assert "offline" in errors[-1].lower() or "mirror" in errors[-1].lower()
+    assert not target.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# the toy plugin method
+
+
+def test_toy_overlay_without_the_plugin_fails_validation():
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_PLUGINS"}
+    r = subprocess.run([sys.executable, "-m", "harness", "plan", "--config", str(TOY_OVERLAY)], cwd=REPO,
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0
+    assert "unknown key 'toy'" in r.stderr, r.stderr
+
+
+def test_unimportable_plugin_names_the_module():
+    r = subprocess.run([sys.executable, "-m", "harness", "plan"], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "HARNESS_PLUGINS": "no_such_plugin"}, timeout=120)
+    assert r.returncode != 0
+    assert "no_such_plugin" in r.stderr and "HARNESS_PLUGINS" in r.stderr
+
+
+def test_toy_plan_lists_its_jobs():
+    r = subprocess.run([sys.executable, "-m", "harness", "plan", "--config", str(TOY_OVERLAY)], cwd=REPO,
+                       capture_output=True, text=True, env=plugin_env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    listed = {tuple(line.split()[:3]) for line in r.stdout.splitlines()}
+    assert {("train", "toy", "*"), ("index", "toy", "*"), ("search", "toy", "smoke"),
+            ("search", "toy.rrf", "smoke")} <= listed
+
+
+def test_toy_method_end_to_end(tmp_path, toy_registered):
+    """The toy's model, index, run and fused run through the generic rules, workflow/ untouched."""
+    R = tmp_path / "smoke"
+    t0 = time.perf_counter()
+    r = smk("--cores", "2", "--nolock", str(R / "eval" / "smoke" / "toy"), str(R / "eval" / "smoke" / "toy.rrf"),
+            "--configfile", str(TOY_OVERLAY), "--config", f"results_dir={tmp_path}", env=plugin_env(), timeout=900)
+    seconds = time.perf_counter() - t0
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    print(f"toy end to end: {seconds:.0f} s")
+
+    evals = {s: json.loads((R / "eval" / "smoke" / s / f"{s}.json").read_text()) for s in ("toy", "toy.rrf")}
+    for system, res in evals.items():
+        m = res["measures"]
+        assert res["system"] == system
+        for key in ("Success@1", "Success@20", "nDCG@10"):
+            assert 0.0 <= m[key] <= 1.0, (system, key, m)
+    assert evals["toy"]["measures"]["Success@20"] > 20 / 122, "no better than random"
+
+    p = fresh_plan(config("toy", {"results_dir": str(tmp_path)}))
+    for folder, job in ((R / "models" / "toy", p.job("train", "toy")),
+                        (R / "indexes" / "toy" / "smoke", p.job("index", "toy", "smoke")),
+                        (R / "runs" / "smoke" / "toy", p.job("search", "toy", "smoke"))):
+        meta = json.loads((folder / "meta.json").read_text())
+        assert meta["config_hash"] == p.hash(job), folder
+        assert meta["job"] == job.id
+    assert json.loads((R / "indexes" / "toy" / "smoke" / "meta.json").read_text())["spec"] == "faiss:Flat"
+    assert (R / "models" / "toy" / "idf.json").is_file()
+    assert (R / "runs" / "smoke" / "toy.rrf" / "toy.rrf.trec").is_file()
+
+    st = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "workflow/", "Snakefile"], cwd=REPO, capture_output=True,
+                        text=True, timeout=60)
+    assert st.returncode == 0 and st.stdout == "", st.stdout
