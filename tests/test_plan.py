@@ -428,8 +428,21 @@ def test_smoke_fixture_is_a_data_input_and_its_edit_moves_every_hash(tmp_path, m
     data = hp.Ref("data", dataset="smoke")
     assert after.ref_hash(data) != before.ref_hash(data)
     assert hwf.data_hash(cfg, SimpleNamespace(dataset="smoke")) == hp.get(cfg).ref_hash(data)
-    unchanged = [f"{j.stage} {j.id} {j.dataset}" for j in jobs if after.hash(j) == before.hash(j)]
+    downstream = [j for j in jobs if reads_data(before, j)]
+    assert len(downstream) > len(jobs) // 2
+    unchanged = [f"{j.stage} {j.id} {j.dataset}" for j in downstream if after.hash(j) == before.hash(j)]
     assert not unchanged, f"jobs whose hash ignores the fixture: {unchanged}"
+
+
+def reads_data(p: hp.Plan, job: hp.Job) -> bool:
+    """Whether a job reads a dataset, directly or through its inputs (a synthetic payload does not)."""
+    for ref in job.inputs.values():
+        if ref.kind in ("data", "negatives", "decontam"):
+            return True
+        prod = p.producer(ref)
+        if prod is not None and reads_data(p, p.job(*prod)):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -458,7 +471,8 @@ def test_bad_config_fails_with_key_and_closest_match(overrides, words):
 
 def test_bad_index_spec_fails_snakemake_dry_run_before_any_job(tmp_path):
     results = tmp_path / "results"
-    r = smk("-n", "--nolock", "reproduce_all", "--config", f"results_dir={results}", "methods.dpr.index=faiss:Flatt")
+    r = smk("-n", "--nolock", "reproduce_all", "--config", f"results_dir={results}",
+            "methods={dpr: {index: 'faiss:Flatt'}}")  # snakemake --config takes no dotted key
     assert r.returncode != 0
     assert "methods.dpr.index" in r.stderr and "'faiss:Flat'" in r.stderr, r.stderr[-2000:]
     assert not results.exists()
@@ -474,7 +488,7 @@ def test_failing_rule_error_reaches_the_console(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_DATA_MIRROR"}
     target = results / "small" / "data" / "scifact"
     r = smk("--cores", "1", "--nolock", str(target), "--configfile", "configs/profiles/small.yaml",
-            "--config", f"results_dir={results}", "data.offline=true", f"data.cache_dir={cache}",
+            "--config", f"results_dir={results}", f"data={{offline: true, cache_dir: '{cache}'}}",
             env=env, timeout=300)
     assert r.returncode != 0
     console = r.stdout + r.stderr

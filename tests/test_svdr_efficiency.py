@@ -53,7 +53,9 @@ def test_latency_rows_units_devices_and_totals(model, tmp_path):
     assert set(alpha["values"]) >= {"E_D", "T_q", "f_cpu"} and "E_q_cpu" not in alpha["values"]
     assert set(beta["values"]) >= {"T_D", "E_q_cpu", "f_cpu"} and "E_D" not in beta["values"]
     for row in (full, alpha, beta):
-        assert row["not_run"]["f_cuda"].startswith("no GPU on this machine")     # CPU profile
+        assert row["not_run"]["f_cuda"].startswith("timing.device is cpu")     # CPU profile: why, not a literal
+        assert row["values"]["search_total"]["kind"] == "projected"   # 1 of the 2 test batches timed
+        assert "kind" not in row["values"][("T_D" if "T_D" in row["values"] else "E_D")]   # the whole corpus: measured
         assert all(v["unit"] == "s" and v["value"] > 0 and v["device"] == "cpu" for v in row["values"].values())
         v = row["values"]
         q = v.get("E_q_cpu", v.get("T_q"))["value"]

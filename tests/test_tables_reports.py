@@ -17,8 +17,11 @@ def _cfg(tmp_path, **over):
 
 
 def _eval(cfg, dataset, system, measures):
-    path = tmp_path_eval = cfg_root(cfg) / "eval" / dataset / f"{system}.json"
-    tmp_path_eval.parent.mkdir(parents=True, exist_ok=True)
+    """An eval file where the plan says the system's search job writes it."""
+    from harness.tables.matrix import locate
+
+    path = locate(cfg, system, dataset, "Success@1")[0][0]
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"measures": measures}))
 
 
@@ -71,12 +74,15 @@ def test_table_inputs_follow_the_profile(tmp_path):
     from harness.tables.matrix import required_inputs
 
     cfg = _cfg(tmp_path)
+    # the eval folders of the search jobs that write Table 1's systems (one per job, not per system)
     names = {p.split("/")[-1] for p in required_inputs(cfg, "svdr", "1")}
-    assert {"bm25.json", "dpr.json", "dpr.bm25-m5.json", "svdr.beta.json", "vdr.alpha.json"} <= names
+    assert names == {"bm25", "dpr", "svdr", "vdr"}
     cfg["methods"]["dpr"]["enabled"] = False
     cfg["methods"]["svdr"]["enabled"] = False
     cfg["methods"]["vdr"]["enabled"] = False
-    assert [p.split("/")[-1] for p in required_inputs(cfg, "svdr", "1")] == ["bm25.json"]
+    cfg["methods"]["bpr"]["enabled"] = False
+    cfg["reader"]["enabled"] = False
+    assert [p.split("/")[-1] for p in required_inputs(cfg, "svdr", "1")] == ["bm25"]
 
 
 def test_regression_detects_breach(tmp_path, monkeypatch):
@@ -114,18 +120,21 @@ def test_claims_hold_false_and_not_run(tmp_path):
 
 def test_claims_compare_metrics_in_base_units_and_print_the_unit(tmp_path):
     cfg = _cfg(tmp_path)
-    root = cfg_root(cfg) / "metrics" / "smoke"
-    root.mkdir(parents=True)
-    (root / "dpr.json").write_text(json.dumps({"values": {"t": {"value": 1.0, "unit": "ms"}}}))
-    (root / "bm25.json").write_text(json.dumps({"values": {"t": {"value": 0.5, "unit": "s"}}}))
+    from harness.tables.matrix import locate
+
+    dpr_file, bm25_file = (locate(cfg, s, "smoke", "metric:t")[0][0] for s in ("svdr.lat-dpr", "svdr.lat-bm25"))
+    dpr_file.parent.mkdir(parents=True)
+    dpr_file.write_text(json.dumps({"values": {"t": {"value": 1.0, "unit": "ms"}}}))
+    bm25_file.write_text(json.dumps({"values": {"t": {"value": 0.5, "unit": "s"}}}))
+    root = bm25_file.parent
     claim = {"id": "x", "paper": "svdr", "statement": "s", "op": "<",
-             "lhs": {"system": "dpr", "dataset": "NQ", "measure": "metric:t"},
-             "rhs": {"system": "bm25", "dataset": "NQ", "measure": "metric:t"}}
+             "lhs": {"system": "svdr.lat-dpr", "dataset": "NQ", "measure": "metric:t"},
+             "rhs": {"system": "svdr.lat-bm25", "dataset": "NQ", "measure": "metric:t"}}
     out = claims.evaluate(cfg, claim)          # 1 ms < 0.5 s; the raw numbers (1.0 < 0.5) would not hold
     assert out["holds"] == "true"
     assert "metric:t=0.001 s" in out["measured"] and "metric:t=0.5 s" in out["measured"]
     assert claims.evaluate(cfg, {**claim, "op": ">"})["holds"] == "false"
-    (root / "bm25.json").write_text(json.dumps({"values": {"t": {"value": 500, "unit": "us"}}}))
+    (root / "svdr.lat-bm25.json").write_text(json.dumps({"values": {"t": {"value": 500, "unit": "us"}}}))
     assert claims.evaluate(cfg, claim)["holds"] == "false"   # 1 ms vs 0.5 ms
 
 

@@ -21,4 +21,4 @@ rule claims:
         mem_mb=500,
         gpu=0,
     shell:
-        HARNESS + " claims --config {params.cfg} --out {output}"
+        "python -m harness --log {log} claims --config {params.cfg} --out {output}"

@@ -29,7 +29,6 @@ _text = __import__("yaml").safe_dump(dict(config), sort_keys=False)
 if not Path(CFG).exists() or Path(CFG).read_text() != _text:
     hconfig.dump(config, Path(CFG))
 
-HARNESS = "python -m harness --log {log}"
 PUBLISHED = {p: hmatrix.published(p) for p in PAPERS}
 TABLES = [(p, t["id"]) for p in PAPERS for t in PUBLISHED[p]["tables"]]
 
@@ -94,3 +93,18 @@ def table_inputs(wildcards):
 def report_hash(wildcards):
     """Tables, claims and the index page re-render when the profile's captions or stand-ins change."""
     return hconfig.section_hash(config, "profile", "substitutions", "tables")
+
+
+from harness.decontam import report as hdecontam
+
+
+def decontam_inputs(wildcards):
+    return hdecontam.data_dirs(config)
+
+
+def decontam_args(wildcards):
+    return hdecontam.stage_args(config)
+
+
+def decontam_hash(wildcards):
+    return hdecontam.config_hash(config)

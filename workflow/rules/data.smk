@@ -17,4 +17,4 @@ rule data:
         mem_mb=4000,
         gpu=0,
     shell:
-        HARNESS + " data --config {params.cfg} --dataset {wildcards.dataset} --out {output}"
+        "python -m harness --log {log} data --config {params.cfg} --dataset {wildcards.dataset} --out {output}"

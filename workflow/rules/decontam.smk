@@ -2,21 +2,6 @@
 # training query against the test queries of every evaluation set of the profile; a training
 # query within Hamming distance k of a test query is dropped. Config key decontam; the report
 # shows LightRetriever's Tables 6 and 7 for this profile beside the published Table 6.
-from harness.decontam import report as hdecontam
-
-
-def decontam_inputs(wildcards):
-    return hdecontam.data_dirs(config)
-
-
-def decontam_args(wildcards):
-    return hdecontam.stage_args(config)
-
-
-def decontam_hash(wildcards):
-    return hdecontam.config_hash(config)
-
-
 try:
     DECONTAM_TRAIN, DECONTAM_TEST = hdecontam.plan(config)
 except HarnessError as exc:
@@ -46,7 +31,7 @@ rule decontam:
         mem_mb=4000,
         gpu=0,
     shell:
-        HARNESS + " decontam {params.args} --out-dir {output}"
+        "python -m harness --log {log} decontam {params.args} --out-dir {output}"
 
 
 rule decontam_report:
@@ -72,7 +57,7 @@ rule decontam_report:
         mem_mb=1000,
         gpu=0,
     shell:
-        HARNESS + " decontam-report --config {params.cfg} --decontam {input.decontam} --out {output.md6}"
+        "python -m harness --log {log} decontam-report --config {params.cfg} --decontam {input.decontam} --out {output.md6}"
 
 
 rule decontam_tables:

@@ -19,4 +19,4 @@ rule evaluate:
         mem_mb=4000,
         gpu=0,
     shell:
-        HARNESS + " evaluate --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"
+        "python -m harness --log {log} evaluate --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"

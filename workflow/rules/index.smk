@@ -21,4 +21,4 @@ rule index:
         gpu=stage_resource("index", "gpu"),
         runtime=stage_resource("index", "runtime"),
     shell:
-        HARNESS + " index --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"
+        "python -m harness --log {log} index --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"

@@ -21,4 +21,4 @@ rule measure:
         gpu=stage_resource("measure", "gpu"),
         runtime=stage_resource("measure", "runtime"),
     shell:
-        HARNESS + " measure --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"
+        "python -m harness --log {log} measure --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"

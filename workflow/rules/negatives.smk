@@ -18,4 +18,4 @@ rule negatives:
         mem_mb=4000,
         gpu=0,
     shell:
-        HARNESS + " negatives --config {params.cfg} --dataset {wildcards.dataset} --out {output}"
+        "python -m harness --log {log} negatives --config {params.cfg} --dataset {wildcards.dataset} --out {output}"

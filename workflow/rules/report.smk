@@ -18,7 +18,7 @@ rule index_html:
         mem_mb=500,
         gpu=0,
     shell:
-        HARNESS + " index-html --config {params.cfg} --tables {input.tables} --claims {input.claims} --out {output}"
+        "python -m harness --log {log} index-html --config {params.cfg} --tables {input.tables} --claims {input.claims} --out {output}"
 
 
 rule reproduce_all:

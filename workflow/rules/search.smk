@@ -21,4 +21,4 @@ rule search:
         gpu=stage_resource("search", "gpu"),
         runtime=stage_resource("search", "runtime"),
     shell:
-        HARNESS + " search --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"
+        "python -m harness --log {log} search --config {params.cfg} --job {wildcards.job} --dataset {wildcards.dataset} --out {output}"

@@ -19,7 +19,7 @@ rule table:
         mem_mb=1000,
         gpu=0,
     shell:
-        HARNESS + " table --config {params.cfg} --paper {wildcards.paper} --table {wildcards.table} --out {output.md}"
+        "python -m harness --log {log} table --config {params.cfg} --paper {wildcards.paper} --table {wildcards.table} --out {output.md}"
 
 
 ALL_TABLES = [f"{TABLES_DIR}/{p}/{t}.md" for p, t in TABLES]

@@ -21,4 +21,4 @@ rule train:
         gpu=stage_resource("train", "gpu"),
         runtime=stage_resource("train", "runtime"),
     shell:
-        HARNESS + " train --config {params.cfg} --job {wildcards.job} --out {output}"
+        "python -m harness --log {log} train --config {params.cfg} --job {wildcards.job} --out {output}"
