@@ -245,6 +245,8 @@ def expand_dotted(cfg: dict[str, Any], *, source: str = "config") -> None:
                 allowed = sorted(parent.get("properties", {}))
                 close = difflib.get_close_matches(part, allowed, n=1)
                 hint = f" (did you mean {'.'.join([*parts[:i], close[0], *parts[i + 1:]])!r}?)" if close else ""
+                owners = _owners(root[0], part) if parts[0] == "methods" and i == 2 else []
+                hint += f" ({part!r} is a key of {', '.join(owners)})" if owners else ""
                 raise ConfigError(f"{source}: unknown config key {dotted!r}{hint}: {'.'.join(parts[:i]) or '<top>'} "
                                   f"has no key {part!r}; allowed keys: {', '.join(allowed) or '(none)'}")
             schema = child

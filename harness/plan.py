@@ -145,6 +145,18 @@ class Plan:
                               + f"; {stage} jobs: {', '.join(known) or 'none'}")
         return j
 
+    def check(self) -> None:
+        """Every concrete job's inputs resolve to a job of the plan (or to data); an unknown system,
+        index or model named by a config section fails here, before any job runs."""
+        for (stage, _, dataset), job in self.jobs.items():
+            if dataset is None and stage != "train":
+                continue
+            try:
+                self.inputs(job)
+            except ConfigError as exc:
+                where = f"methods.{job.method}" if job.method in self.cfg["methods"] else job.method
+                raise ConfigError(f"config section {where} ({stage} job {job.id!r}): {exc}") from None
+
     def concrete(self, stage: str) -> list[Job]:
         """Jobs with a fixed dataset (or none needed); templates are left out."""
         return [j for (s, _, d), j in sorted(self.jobs.items(), key=lambda kv: str(kv[0])) if s == stage
@@ -174,9 +186,13 @@ class Plan:
             return ref
         job = self.systems().get((str(ref.id), str(ref.dataset)))
         if job is None:
+            import difflib
+
             known = sorted({s for s, d in self.systems() if d == ref.dataset})
-            raise ConfigError(f"no search job writes system {ref.id!r} on {ref.dataset}; systems there: "
-                              f"{', '.join(known) or 'none'}")
+            close = difflib.get_close_matches(str(ref.id), known, n=1)
+            raise ConfigError(f"no search job writes system {ref.id!r} on {ref.dataset}"
+                              + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; systems there: {', '.join(known) or 'none'}")
         return Ref("run", job.id, ref.dataset)
 
     def producer(self, ref: Ref) -> tuple[str, str, str | None] | None:
@@ -286,7 +302,9 @@ def _cached(blob: str) -> Plan:
         if cfg.get(name) is not None and cfg[name].get("enabled", True):
             jobs += [j if j.module else replace(j, module=METHODS.get(j.method) if j.method in METHODS else module)
                      for j in importlib.import_module(module).declare(cfg, name)]
-    return Plan(cfg, jobs)
+    plan = Plan(cfg, jobs)
+    plan.check()
+    return plan
 
 
 # --------------------------------------------------------------------------------------------

@@ -340,7 +340,8 @@ def declare(cfg: Mapping[str, Any], name: str = "reader") -> list[Job]:
     keys = tuple(f"{name}.{k}" for k in sorted(cfg[name]) if k not in ("systems", "datasets", "enabled",
                                                                         "encode_batch_size", "torch_threads"))
     jobs = [train_run,
-            Job("train", name, name, "train_step", gpu=gpu, keys=(*keys, "seed"), params={"run": train_run.systems[0]},
+            Job("train", name, name, "train_step", gpu=gpu, keys=(*keys, "seed", f"backbones.{s['backbone']}"),
+                params={"run": train_run.systems[0]},
                 inputs={"data": Ref("data", dataset=td), "run": Ref("run", train_run.id, td)})]
     for d in s.get("datasets") or [td]:
         jobs.append(Job("measure", f"{name}.em", name, "measure_em", d, gpu=gpu, systems=tuple(s["systems"]),

@@ -128,9 +128,13 @@ def schema_has(dotted: str) -> bool:
     return True
 
 
+def run(cmd: list[str], env: dict[str, str] | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env,
+                          check=False)
+
+
 def smk(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return run([sys.executable, "-m", "snakemake", *args], env=env, timeout=timeout)
 
 
 def job_stats(text: str) -> Counter[str]:
@@ -213,7 +217,7 @@ def test_job_hashes_are_stable_and_move_with_each_key(profile):
     cfg = config(profile)
     a, b = fresh_plan(cfg), fresh_plan(copy.deepcopy(cfg))
     jobs = all_concrete(a)
-    assert {(j.stage, j.id, j.dataset): a.hash(j) for j in jobs} == {(j.stage, j.id, j.dataset): b.hash(j) for j in jobs}
+    assert [a.hash(j) for j in jobs] == [b.hash(j) for j in jobs]
     keys = sorted({k for j in jobs for k in j.keys})
     unknown = [k for k in keys if not schema_has(k)]
     assert not unknown, f"jobs read config keys the schema does not know: {unknown}"
@@ -263,7 +267,8 @@ def test_matrices_name_only_systems_the_plan_produces(profile):
                 legit = (profile != "smoke" and ("enabled is false" in c.reason or "is not run on" in c.reason
                                                  or "has no methods." in c.reason))
                 if not legit:
-                    bad.append(f"{paper} table {t['id']} {c.row!r} / {c.column!r}: {c.system} on {c.dataset}: {c.reason}")
+                    bad.append(f"{paper} table {t['id']} {c.row!r} / {c.column!r}: "
+                               f"{c.system} on {c.dataset}: {c.reason}")
     assert not bad, "\n".join(bad[:30])
 
 
@@ -312,8 +317,8 @@ def test_bm25_k1_changes_negatives_and_every_model_trained_on_them():
     assert {"dpr", "svdr", "bpr"} <= {j.id for j in on_negatives}
     for j in on_negatives:
         assert a.hash(j) != b.hash(b.job("train", j.id)), f"model {j.id} ignores methods.bm25.k1"
-        idx = [i for i in a.concrete("search") if any(r.kind == "model" and r.id == j.id for r in i.inputs.values())]
-        for s in idx:
+        searches = [s for s in a.concrete("search") if hp.Ref("model", j.id) in s.inputs.values()]
+        for s in searches:
             assert a.hash(s) != b.hash(b.job("search", s.id, s.dataset))
     # k1 is a search-time setting: the Lucene index itself is not rebuilt
     bm25_index = a.job("index", "bm25", td)
@@ -347,7 +352,7 @@ def test_backbone_definition_changes_the_models_of_every_profile(prof):
 def test_reader_hash_covers_its_own_backbone():
     """The reader's backbone may differ from its retriever's: its definition must still reach the hash."""
     cfg = config("smoke", {"reader.backbone": "minilm-l6"})
-    other = config("smoke", {"reader.backbone": "minilm-l6", "backbones.minilm-l6.source": "package:someone-else"})
+    other = config("smoke", {"reader.backbone": "minilm-l6", "backbones.minilm-l6.source": "package:other"})
     a, b = fresh_plan(cfg), fresh_plan(other)
     assert a.hash(a.job("train", "reader")) != b.hash(b.job("train", "reader")), \
         "model reader ignores backbones.<reader.backbone>"
@@ -414,9 +419,10 @@ def test_smoke_fixture_is_a_data_input_and_its_edit_moves_every_hash(tmp_path, m
     copy_dir = tmp_path / "fixture"
     shutil.copytree(smoke.FIXTURE, copy_dir)
     monkeypatch.setattr(smoke, "FIXTURE", copy_dir)
-    assert hwf.data_inputs(cfg, SimpleNamespace(dataset="smoke")) == [str(copy_dir / f.rsplit("/", 1)[1]) for f in files]
+    copied = [str(copy_dir / f.rsplit("/", 1)[1]) for f in files]
+    assert hwf.data_inputs(cfg, SimpleNamespace(dataset="smoke")) == copied
     same = fresh_plan(cfg)
-    assert all(same.hash(j) == before.hash(j) for j in jobs), "an identical copy of the fixture changed a hash"
+    assert [same.hash(j) for j in jobs] == [before.hash(j) for j in jobs], "an identical copy changed a hash"
 
     corpus = copy_dir / "corpus.jsonl"
     lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -452,11 +458,15 @@ def reads_data(p: hp.Plan, job: hp.Job) -> bool:
 BAD_CONFIGS = [
     pytest.param({"methods": {"bpx": {"enabled": True}}}, ["'bpx'", "'bpr'"], id="unknown-method"),
     pytest.param({"methods.bpx.enabled": True}, ["methods.bpx", "methods.bpr"], id="unknown-method-dotted"),
-    pytest.param({"methods": {"dpr": {"k1": 1.0}}}, ["'k1'", "methods.dpr", "methods.bm25"], id="other-methods-key"),
+    pytest.param({"methods": {"dpr": {"k1": 1.0}}}, ["'k1'", "methods.dpr", "methods.bm25"],
+                 id="other-methods-key"),
     pytest.param({"methods.dpr.k1": 1.0}, ["methods.dpr.k1", "methods.bm25"], id="other-methods-key-dotted"),
-    pytest.param({"methods.dpr.index": "faiss:Flatt"}, ["methods.dpr.index", "'faiss:Flat'"], id="faiss-spec"),
-    pytest.param({"methods.bm25.index": "lucene:bm52"}, ["methods.bm25.index", "'lucene:bm25'"], id="lucene-spec"),
-    pytest.param({"reader.systems": ["dpr", "dpr.hsnw"]}, ["reader", "'dpr.hsnw'", "'dpr.hnsw'"], id="reader-system"),
+    pytest.param({"methods.dpr.index": "faiss:Flatt"}, ["methods.dpr.index", "'faiss:Flat'"],
+                 id="faiss-spec"),
+    pytest.param({"methods.bm25.index": "lucene:bm52"}, ["methods.bm25.index", "'lucene:bm25'"],
+                 id="lucene-spec"),
+    pytest.param({"reader.systems": ["dpr", "dpr.hsnw"]}, ["reader", "'dpr.hsnw'", "'dpr.hnsw'"],
+                 id="reader-system"),
 ]
 
 
@@ -506,22 +516,20 @@ def test_failing_rule_error_reaches_the_console(tmp_path):
 
 def test_toy_overlay_without_the_plugin_fails_validation():
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_PLUGINS"}
-    r = subprocess.run([sys.executable, "-m", "harness", "plan", "--config", str(TOY_OVERLAY)], cwd=REPO,
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = run([sys.executable, "-m", "harness", "plan", "--config", str(TOY_OVERLAY)], env=env)
     assert r.returncode != 0
     assert "unknown key 'toy'" in r.stderr, r.stderr
 
 
 def test_unimportable_plugin_names_the_module():
-    r = subprocess.run([sys.executable, "-m", "harness", "plan"], cwd=REPO, capture_output=True, text=True,
-                       env={**os.environ, "HARNESS_PLUGINS": "no_such_plugin"}, timeout=120)
+    env = {**os.environ, "HARNESS_PLUGINS": "no_such_plugin"}
+    r = run([sys.executable, "-m", "harness", "plan"], env=env)
     assert r.returncode != 0
     assert "no_such_plugin" in r.stderr and "HARNESS_PLUGINS" in r.stderr
 
 
 def test_toy_plan_lists_its_jobs():
-    r = subprocess.run([sys.executable, "-m", "harness", "plan", "--config", str(TOY_OVERLAY)], cwd=REPO,
-                       capture_output=True, text=True, env=plugin_env(), timeout=120)
+    r = run([sys.executable, "-m", "harness", "plan", "--config", str(TOY_OVERLAY)], env=plugin_env())
     assert r.returncode == 0, r.stderr
     listed = {tuple(line.split()[:3]) for line in r.stdout.splitlines()}
     assert {("train", "toy", "*"), ("index", "toy", "*"), ("search", "toy", "smoke"),
@@ -532,8 +540,9 @@ def test_toy_method_end_to_end(tmp_path, toy_registered):
     """The toy's model, index, run and fused run through the generic rules, workflow/ untouched."""
     R = tmp_path / "smoke"
     t0 = time.perf_counter()
-    r = smk("--cores", "2", "--nolock", str(R / "eval" / "smoke" / "toy"), str(R / "eval" / "smoke" / "toy.rrf"),
-            "--configfile", str(TOY_OVERLAY), "--config", f"results_dir={tmp_path}", env=plugin_env(), timeout=900)
+    targets = [str(R / "eval" / "smoke" / s) for s in ("toy", "toy.rrf")]
+    r = smk("--cores", "2", "--nolock", *targets, "--configfile", str(TOY_OVERLAY),
+            "--config", f"results_dir={tmp_path}", env=plugin_env(), timeout=900)
     seconds = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     print(f"toy end to end: {seconds:.0f} s")
@@ -557,6 +566,5 @@ def test_toy_method_end_to_end(tmp_path, toy_registered):
     assert (R / "models" / "toy" / "idf.json").is_file()
     assert (R / "runs" / "smoke" / "toy.rrf" / "toy.rrf.trec").is_file()
 
-    st = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "workflow/", "Snakefile"], cwd=REPO, capture_output=True,
-                        text=True, timeout=60)
+    st = run(["git", "--no-optional-locks", "status", "--porcelain", "workflow/", "Snakefile"])
     assert st.returncode == 0 and st.stdout == "", st.stdout

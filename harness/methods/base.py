@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import results_root, section_hash
+from harness.config import results_root
 from harness.errors import ConfigError
 
 
@@ -32,12 +32,6 @@ class Context:
         if key not in self.cfg["datasets"]:
             raise ConfigError(f"unknown dataset {key!r}; config key datasets defines: {', '.join(self.cfg['datasets'])}")
         return self.root / "data" / key
-
-    def model_dir(self) -> Path:
-        return self.root / "models" / self.method
-
-    def config_hash(self) -> str:
-        return section_hash(self.cfg, f"methods.{self.method}", "seed")
 
 
 #: keys of a method section that never change a trained model (where it runs, what it is evaluated on)

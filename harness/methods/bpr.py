@@ -20,7 +20,7 @@ question keeps ``e_q`` for the rerank. Search = :func:`faiss_binary.two_stage_se
 linear scan (``faiss-binary:BFlat``) or a hash lookup (``hash_index``, e.g. ``BHash768``), then
 ``<e_q, ±1 code>``.
 
-System ids (workflow/rules/bpr.smk): ``bpr.bflat`` / ``bpr.bhash`` (Table 1), ``bpr.no-rerank``
+System ids (declared by :func:`declare`): ``bpr.bflat`` / ``bpr.bhash`` (Table 1), ``bpr.no-rerank``
 (hash lookup, Hamming order) and ``bpr.no-cand`` (rerank every passage) (Table 2), ``bpr.l<n>``
 (linear scan with l = n, Table 8), ``bpr.<train variant>`` (one training per setting of
 ``train_variants``, Tables 7 and 9), and the DPR baselines on the same passages ``dpr.hnsw``,

@@ -111,7 +111,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
 
 
 def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test") -> Job:
-    """System ``toy`` on ``dataset`` (another split, e.g. the reader's training questions: job ``toy.<split>``)."""
+    """System ``toy`` on ``dataset``; on another split (the reader's training set) job ``toy.<split>``."""
     return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
                systems=(name,), params={"split": split}, keys=("evaluate.depth",), mem_mb=1000,
                inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", name),
@@ -164,8 +164,9 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     docids = read_docids(inputs["index"], expect=index.ntotal)
     scores, rows = index.search(model.encode([q.text for q in queries]), k)
     hits = hits_from_rows(docids, [q.id for q in queries], scores, rows)
+    seconds = round(time.perf_counter() - t0, 3)
     write_run_with_meta(out / f"{job.systems[0]}.trec", hits, system=job.systems[0],
-                        meta={"dataset": job.dataset, "depth": k, "seconds": round(time.perf_counter() - t0, 3)})
+                        meta={"dataset": job.dataset, "depth": k, "seconds": seconds})
     return {"queries": len(queries)}
 
 
