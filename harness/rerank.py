@@ -60,3 +60,24 @@ def _dot(Q, qi: int, P, rows: list[int]) -> np.ndarray:
     if sp.issparse(Q):
         return np.asarray((P[rows] @ Q[qi].T).todense()).ravel()
     return P[rows] @ Q[qi]
+
+
+def write_reranked(out, first_stage: Mapping[str, Sequence[tuple[str, float]]], queries: Sequence[Query],
+                   depths: Sequence[int], docs: Mapping[str, Doc], encode_queries: Callable[[list[str]], Any],
+                   encode_passages: Callable[[list[Doc]], Any], *, system: str, dataset: str | None, depth: int,
+                   note: str) -> None:
+    """Re-rank ``first_stage`` at every depth m and write ``<out>/<system>-m<m>.trec`` (+ meta): the
+    shared step behind ``dpr.bm25-m<m>`` and ``<m>.beta-m<m>``; one encoding for all depths."""
+    import time
+    from pathlib import Path
+
+    from harness.artifacts import write_run_with_meta
+
+    t0 = time.perf_counter()
+    res = rerank(first_stage, queries, depths, docs, encode_queries, encode_passages)
+    seconds = time.perf_counter() - t0
+    for m in depths:
+        name = f"{system}-m{m}"
+        write_run_with_meta(Path(out) / f"{name}.trec", res[m], system=name, meta={
+            "dataset": dataset, "depth": depth, "rerank_depth": m, "seconds": round(seconds, 3),
+            "note": f"{note}; seconds cover all depths"})

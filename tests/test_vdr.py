@@ -332,6 +332,7 @@ def test_metrics_not_run_reason_and_device_in_rendered_table(tmp_path):
     assert "**0.01** (cpu)" in md and "timing.device is cpu" in md
     assert "projected*" in md and "**0.00** (cpu)" not in md   # a projected figure never renders as measured
     idx = metrics_path("svdr.index")
+    idx.parent.mkdir(parents=True, exist_ok=True)
     idx.write_text(json.dumps({"values": {"token_index_bytes": {"value": 1.0, "unit": "KB"},
                                           "emb_index_bytes": {"value": 9000.0, "unit": "B"}}}))
     claim = {"id": "x", "paper": "svdr", "statement": "s", "op": "<=", "factor": 0.2,

@@ -256,7 +256,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
 def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """The ``dpr`` run and the BM25 + DPR (m) re-rankings, one model load and one question encoding."""
     from harness.artifacts import hits_from_rows, write_run_with_meta
-    from harness.rerank import rerank
+    from harness.rerank import write_reranked
     from harness.runs import read_run
 
     queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
@@ -270,14 +270,9 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
         "note": "wall time of loading, encoding and searching; efficiency figures are in metrics/"})
     depths = list(job.params.get("depths") or [])
     if depths:
-        docs = {d.id: d for d in store.iter_corpus(inputs["data"])}
-        t1 = time.perf_counter()
-        res = rerank(read_run(inputs["bm25_run"] / "bm25.trec"), queries, depths, docs, s.model.encode_questions,
-                     lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds]))
-        seconds = time.perf_counter() - t1
-        for m_ in depths:
-            system = f"{job.systems[0]}.bm25-m{m_}"
-            write_run_with_meta(out / f"{system}.trec", res[m_], system=system, meta={
-                "dataset": job.dataset, "depth": k, "rerank_depth": m_, "seconds": round(seconds, 3),
-                "note": "BM25 top m re-scored by the trained DPR encoders; seconds cover all depths"})
+        write_reranked(out, read_run(inputs["bm25_run"] / "bm25.trec"), queries, depths,
+                       {d.id: d for d in store.iter_corpus(inputs["data"])}, s.model.encode_questions,
+                       lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds]),
+                       system=f"{job.systems[0]}.bm25", dataset=job.dataset, depth=k,
+                       note="BM25 top m re-scored by the trained DPR encoders")
     return {"queries": len(queries)}

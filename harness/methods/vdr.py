@@ -1106,42 +1106,28 @@ def intrain(ctx: Context, model_dir: Path, token_dir: Path, bm25_dir: Path, dpr_
               "timed_batches": len(batches), "corpus": ctx.dataset,
               "note": "latency: retrieval of the top m for one batch of training questions; neural query "
                       "encoding outside the timer; memory: index bytes held in host memory (the CPU index; GPU memory is not measured)"}
-    out = []
-
     enc = VDRModel.load(model_dir, s["torch_threads"])
     tindex, _ = load_token_index(token_dir)
-    samples: list[float] = []
-    for texts in batches:
-        qv = enc.encode_questions(texts)
-        samples += _timed(lambda qv=qv: tindex.search(qv, m), repeats, warmup=1)
-    out.append(_write(Path(out_dir) / "svdr.intrain-beta.json", "svdr.intrain-beta", ctx.dataset, {
-        "latency_per_batch": _v(_trimmed(samples, protocol.trim), "s", "cpu"),
-        "storage_bytes": _v(folder_bytes(token_dir), "B"),
-        "memory_bytes": _v(tindex.nbytes, "B", "cpu")}, {}, index=str(token_dir), raw_samples_seconds=samples,
-        **common))
-
-    dctx = Context(cfg, "dpr", ctx.dataset)
-    ds = dpr.Searcher(dctx, dpr_index, dpr_model)
-    samples = []
-    for texts in batches:
-        qv = ds.encode(texts)
-        samples += _timed(lambda qv=qv: ds.search(qv, m), repeats, warmup=1)
-    out.append(_write(Path(out_dir) / "svdr.intrain-dpr.json", "svdr.intrain-dpr", ctx.dataset, {
-        "latency_per_batch": _v(_trimmed(samples, protocol.trim), "s", "cpu"),
-        "storage_bytes": _v(folder_bytes(dpr_index), "B"),
-        "memory_bytes": _v(_faiss_memory(ds.index.index), "B", "cpu")}, {}, index=str(dpr_index),
-        raw_samples_seconds=samples, **common))
-
-    bctx = Context(cfg, "bm25", ctx.dataset)
-    bs_ = bm25.Searcher(bctx, bm25_dir)
-    samples = []
-    for texts in batches:
-        samples += _timed(lambda texts=texts: bs_.search(bs_.encode(texts), m), repeats, warmup=1)
-    out.append(_write(Path(out_dir) / "svdr.intrain-bm25.json", "svdr.intrain-bm25", ctx.dataset, {
-        "latency_per_batch": _v(_trimmed(samples, protocol.trim), "s", "cpu"),
-        "storage_bytes": _v(folder_bytes(bm25_dir), "B")},
-        {"memory_bytes": "Lucene reads its index through the JVM and the OS page cache: no index-sized allocation to measure"},
-        index=str(bm25_dir), raw_samples_seconds=samples, **common))
+    ds = dpr.Searcher(Context(cfg, "dpr", ctx.dataset), dpr_index, dpr_model)
+    bs_ = bm25.Searcher(Context(cfg, "bm25", ctx.dataset), bm25_dir)
+    lucene_memory = "Lucene reads its index through the JVM and the OS page cache: no index-sized allocation to measure"
+    # name -> (query encoding outside the timer, the timed retrieval, index folder, bytes in memory or why not)
+    rows = {"beta": (enc.encode_questions, lambda qv: tindex.search(qv, m), token_dir, tindex.nbytes),
+            "dpr": (ds.encode, lambda qv: ds.search(qv, m), dpr_index, _faiss_memory(ds.index.index)),
+            "bm25": (list, lambda texts: bs_.search(bs_.encode(texts), m), bm25_dir, lucene_memory)}
+    out = []
+    for name, (encode, retrieve, folder, memory) in rows.items():
+        samples: list[float] = []
+        for texts in batches:
+            qv = encode(texts)
+            samples += _timed(lambda qv=qv, retrieve=retrieve: retrieve(qv), repeats, warmup=1)
+        values = {"latency_per_batch": _v(_trimmed(samples, protocol.trim), "s", "cpu"),
+                  "storage_bytes": _v(folder_bytes(folder), "B")}
+        not_run = {"memory_bytes": memory} if isinstance(memory, str) else {}
+        if not not_run:
+            values["memory_bytes"] = _v(memory, "B", "cpu")
+        out.append(_write(Path(out_dir) / f"svdr.intrain-{name}.json", f"svdr.intrain-{name}", ctx.dataset, values,
+                          not_run, index=str(folder), raw_samples_seconds=samples, **common))
     return out
 
 
@@ -1383,8 +1369,7 @@ def _write_system(out: Path, system: str, qids: Sequence[str], docids: Sequence[
 def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """full <E(q), E(D)>, alpha <T(q), E(D)>, beta <E(q), T(D)> and beta + re-rank(m) (the top m of
     the beta run embedded on the fly and re-scored), from one model load and one question encoding."""
-    from harness.artifacts import write_run_with_meta
-    from harness.rerank import rerank
+    from harness.rerank import write_reranked
 
     name, k = job.method, ctx.cfg["evaluate"]["depth"]
     queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
@@ -1412,15 +1397,9 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
             beta_hits = hits_from_rows(docids, qids, scores, rows)
     depths = list(job.params.get("depths") or [])
     if depths and beta_hits is not None:
-        docs = {d.id: d for d in store.iter_corpus(inputs["data"])}
-        t1 = time.perf_counter()
-        res = rerank(beta_hits, queries, depths, docs, enc.encode_questions, enc.encode_passages)
-        seconds = time.perf_counter() - t1
-        for m_ in depths:
-            system = f"{name}.beta-m{m_}"
-            write_run_with_meta(out / f"{system}.trec", res[m_], system=system, meta={
-                "dataset": job.dataset, "depth": k, "rerank_depth": m_, "seconds": round(seconds, 3),
-                "note": "passages of the beta top m embedded on the fly (no embedding index); seconds cover all depths"})
+        write_reranked(out, beta_hits, queries, depths, {d.id: d for d in store.iter_corpus(inputs["data"])},
+                       enc.encode_questions, enc.encode_passages, system=f"{name}.beta", dataset=job.dataset,
+                       depth=k, note="passages of the beta top m embedded on the fly (no embedding index)")
     return {"queries": len(queries)}
 
 
