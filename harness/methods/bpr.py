@@ -403,12 +403,12 @@ def efficiency(cfg: Mapping[str, Any], dataset: str, *, dpr_model: Path, bpr_mod
     import faiss
 
     from harness.indexes.faiss_binary import binarize
-    from harness.meta import hardware, versions
+    from harness.meta import device_info, hardware, versions
     from harness.timing import PROTOCOLS, summarize
 
     protocol = PROTOCOLS.get("bpr-query-time")
     repeats = cfg["timing"].get("repeats") or protocol.repeats
-    device = cfg["timing"]["device"]
+    device = "cpu"  # faiss-cpu indexes, searched in this process (faiss-gpu is not wired for BPR's search)
     s = settings(cfg)
     dctx, bctx = Context(cfg, "dpr", dataset), variant_context(cfg, None, dataset)
     queries = store.read_queries(dctx.data_dir(), "test")
@@ -441,7 +441,8 @@ def efficiency(cfg: Mapping[str, Any], dataset: str, *, dpr_model: Path, bpr_mod
             },
             "protocol": protocol.name, "inside_timer": protocol.inside_timer["search"], "repeats": repeats,
             "questions": len(queries), "k": k, "summary_ms": {a: (b * 1e3 if a != "n" else b) for a, b in summ.items()},
-            "faiss_threads": faiss.omp_get_max_threads(), "hardware": hardware(), "versions": versions(),
+            "faiss_threads": faiss.omp_get_max_threads(), "device_info": device_info(device),
+            "hardware": hardware(), "versions": versions(),
         }
     return out
 

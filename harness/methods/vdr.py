@@ -793,11 +793,10 @@ def write_index_metrics(ctx: Context, token_dir: Path, emb_dir: Path, out: Path)
 # Table 2: latency per stage
 # --------------------------------------------------------------------------------------------
 def _cuda_ok(cfg: Mapping[str, Any]) -> bool:
-    if cfg["timing"]["device"] != "cuda":
-        return False
-    import torch
+    """timing.device is cuda and torch sees a GPU here (harness.meta.resolve_device)."""
+    from harness.meta import resolve_device
 
-    return bool(torch.cuda.is_available())
+    return cfg["timing"]["device"] == "cuda" and resolve_device("cuda")[0] == "cuda"
 
 
 def _sync(device: str) -> None:
