@@ -91,6 +91,15 @@ def _allowed_keys(schema: Mapping[str, Any], root: Mapping[str, Any]) -> list[st
     return sorted(schema.get("properties", {}))
 
 
+def fragment_defaults(module_file: str | Path, schema_file: str, *under: str) -> dict[str, Any]:
+    """``{key: default}`` of a method's schema fragment (the file beside its module), optionally of
+    the object property ``under`` it: a method's defaults are written once, in its schema."""
+    node = read_yaml(Path(module_file).parent / schema_file)
+    for key in under:
+        node = node["properties"][key]
+    return {k: copy.deepcopy(v["default"]) for k, v in node.get("properties", {}).items() if "default" in v}
+
+
 def _owners(schema: Mapping[str, Any], key: str) -> list[str]:
     """The method sections whose schema has ``key`` (for "a key that belongs to another method")."""
     methods = schema["properties"]["methods"]["properties"]

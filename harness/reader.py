@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.datasets import Doc, Query, store
+from harness.config import fragment_defaults
 from harness.errors import ConfigError, DataError
 from harness.evaluate import qa
 from harness.methods.base import Context
@@ -40,11 +41,8 @@ SCHEMA = "reader.schema.yaml"
 
 HEADS_FILE = "heads.pt"
 ENCODER_DIR = "encoder"
-DEFAULTS: dict[str, Any] = {
-    "epochs": 1, "batch_size": 4, "lr": 3.0e-5, "weight_decay": 0.0, "warmup_ratio": 0.06, "q_max_len": 64,
-    "p_max_len": 256, "negative_passages": 7, "max_train_questions": None, "top_k": 20, "max_test_questions": None,
-    "max_answer_len": 10, "encode_batch_size": 32, "torch_threads": 2, "systems": [],
-}
+#: defaults of the reader section: written once, in the schema
+DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
 
 
 def settings(cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from harness.datasets import Query, store
+from harness.config import fragment_defaults
 from harness.errors import ConfigError
 from harness.methods import dpr
 from harness.methods.base import Context, training_keys, wants_gpu
@@ -59,13 +60,9 @@ DOCIDS_FILE = "docids.txt"
 TRAIN_KEYS = ("backbone", "train_dataset", "pooling", "shared_encoder", "epochs", "batch_size", "lr",
               "weight_decay", "warmup_ratio", "q_max_len", "p_max_len", "hard_negatives", "strip_question_mark",
               "gamma", "cand_loss", "margin", "cand_reduction", "max_train_questions")
-DEFAULTS: dict[str, Any] = {
-    "gamma": 0.1, "cand_loss": "ranking", "margin": 2.0, "cand_reduction": "sum", "n_candidates": 1000,
-    "candidate_grid": [200, 500, 1000, 2000], "index": "faiss-binary:BFlat", "hash_index": "faiss-binary:BHash768",
-    "hash_nflip": 0,
-    "dpr_baselines": {}, "train_variants": {}, "train_variant_overrides": {}, "timing_queries": None,
-    "baseline_train_size": None, "max_train_questions": None,
-}
+SCHEMA = "bpr.schema.yaml"
+#: defaults of methods.bpr: written once, in the schema
+DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
 #: search variants of the trained main model: name -> (index kind, rerank, candidates)
 SEARCH_VARIANTS = {
     "bflat": ("flat", True, None),
@@ -450,7 +447,6 @@ def efficiency(cfg: Mapping[str, Any], dataset: str, *, dpr_model: Path, bpr_mod
 # --------------------------------------------------------------------------------------------
 # jobs (harness/plan.py)
 
-SCHEMA = "bpr.schema.yaml"
 #: keys of methods.bpr that never change a trained model
 NOT_MODEL = ("n_candidates", "candidate_grid", "hash_index", "hash_nflip", "dpr_baselines", "baseline_train_size",
              "train_variants", "train_variant_overrides", "timing_queries", "efficiency_datasets", "variant_datasets")

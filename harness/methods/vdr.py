@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from harness.datasets import Doc, Query, store
+from harness.config import fragment_defaults
 from harness.errors import ConfigError, DataError
 from harness.io import read_json, write_json
 from harness.meta import folder_bytes, git_commit, hardware, read_meta, versions
@@ -65,16 +66,10 @@ TRAIN_KEYS = (
 )
 # Keys that change the binary token index T(D).
 TOKEN_INDEX_KEYS = ("backbone", "p_max_len", "skip_vocab")
-DEFAULTS: dict[str, Any] = {
-    "projection": "vsearch", "skip_vocab": 999, "topk": 768, "activate_lexical": True, "sp_loss": True,
-    "loss": "paper", "temperature": 1.0, "retrieval_start": 0.5, "retrieval_top_m": 20, "hard_negatives": 1,
-    "q_max_len": 32, "p_max_len": 256, "batch_size": 16, "epochs": 1, "lr": 2e-5, "weight_decay": 0.0,
-    "warmup_ratio": 0.1, "encode_batch_size": 64, "torch_threads": 2, "index": "token-csr",
-    "max_train_questions": None, "strip_question_mark": False, "shared_encoder": False,
-}
-SYNTHETIC_DEFAULTS: dict[str, Any] = {
-    "passages": 100_000, "vocab": 30522, "densities": [256, 512, 1024], "batch_sizes": [32, 128, 512],
-    "base_density": 256, "base_batch": 32, "query_active": 768, "zipf_a": 0.8, "k": 20}
+SCHEMA = "vdr.schema.yaml"
+#: defaults of methods.svdr / methods.vdr and of their ``synthetic`` block: written once, in the schema
+DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
+SYNTHETIC_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "synthetic")
 TOKEN_INDEX_FILE = "index.tcsr"
 EMB_INDEX_FILE = "embeddings.npz"
 DOCIDS = "docids.txt"
@@ -1186,7 +1181,6 @@ def synthetic(ctx: Context, out_dir: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------
 # jobs (harness/plan.py): what methods.svdr / methods.vdr produce, and the steps that produce it
 # --------------------------------------------------------------------------------------------
-SCHEMA = "vdr.schema.yaml"
 #: keys of the section that never change a trained model
 NOT_MODEL = ("rerank_depths", "ablations", "ablation_overrides", "ablation_datasets", "latency", "intrain",
              "synthetic", "efficiency_datasets")
