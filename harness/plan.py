@@ -64,7 +64,6 @@ class Job:
     systems: tuple[str, ...] = ()     # search / measure: the system ids whose files the job writes
     gpu: bool = False                 # asks for a GPU on a cluster (config device: cuda)
     mem_mb: int = 8000
-    threads: int = 2
     module: str = ""                  # the module whose ``step`` runs the job (default: the method's)
 
     def at(self, dataset: str) -> Job:

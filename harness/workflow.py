@@ -40,8 +40,14 @@ def job_hash(cfg: Mapping[str, Any], stage: str, wc: Any) -> str:
 
 
 def resources(cfg: Mapping[str, Any], stage: str, wc: Any, what: str) -> int:
-    """``gpu`` (0/1), ``mem_mb`` or ``runtime`` (minutes) of a job, as the method declared it."""
+    """``gpu`` (0/1), ``mem_mb``, ``runtime`` (minutes) or ``threads`` (cores the scheduler books)
+    of a job, as the method declared it."""
     job = _job(cfg, stage, wc)
+    if what == "threads":  # the method's torch_threads, capped by scheduler.max_threads_per_job
+        want = (hplan.lookup_key(cfg, f"methods.{job.method}.torch_threads")
+                or hplan.lookup_key(cfg, f"{job.method}.torch_threads") or 1)
+        cap = (cfg.get("scheduler") or {}).get("max_threads_per_job")
+        return 1 if stage == "evaluate" else int(min(want, cap) if cap else want)
     if what == "gpu":
         return int(job.gpu and stage != "evaluate")
     if what == "mem_mb":

@@ -13,7 +13,7 @@ rule index:
         f"{R}/logs/index/{{job}}-{{dataset}}.log",
     benchmark:
         f"{R}/benchmarks/index/{{job}}-{{dataset}}.tsv"
-    threads: 2
+    threads: stage_resource("index", "threads")
     conda:
         "../envs/harness.yaml"
     resources:

@@ -13,7 +13,7 @@ rule measure:
         f"{R}/logs/measure/{{job}}-{{dataset}}.log",
     benchmark:
         f"{R}/benchmarks/measure/{{job}}-{{dataset}}.tsv"
-    threads: 2
+    threads: stage_resource("measure", "threads")
     conda:
         "../envs/harness.yaml"
     resources:

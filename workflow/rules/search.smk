@@ -13,7 +13,7 @@ rule search:
         f"{R}/logs/search/{{job}}-{{dataset}}.log",
     benchmark:
         f"{R}/benchmarks/search/{{job}}-{{dataset}}.tsv"
-    threads: 2
+    threads: stage_resource("search", "threads")
     conda:
         "../envs/harness.yaml"
     resources:

@@ -13,7 +13,7 @@ rule train:
         f"{R}/logs/train/{{job}}.log",
     benchmark:
         f"{R}/benchmarks/train/{{job}}.tsv"
-    threads: 2
+    threads: stage_resource("train", "threads")
     conda:
         "../envs/harness.yaml"
     resources:
