@@ -296,9 +296,41 @@ def load_config(paths: Iterable[Path | str] = (), overrides: Mapping[str, Any] |
         expand_dotted(over, source="overrides")
         cfg = deep_merge(cfg, over)
         sources.append("overrides")
+    paths = [Path(p) for p in paths]
+    if len(paths) == 1 and not overrides and _stamp_matches(cfg, paths[0]):
+        return cfg  # the resolved config a workflow run validated already (mark_validated)
     validate(cfg, "config", source=" + ".join(sources))
     check_references(cfg)
     return cfg
+
+
+def _stamp(cfg: Mapping[str, Any]) -> str:
+    """Digest of a merged config and of every schema that judges it (the workflow's, the methods'
+    fragments, the plugins named in HARNESS_PLUGINS)."""
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    for f in sorted([SCHEMA_DIR / "config.schema.yaml", *REPO.joinpath("harness").rglob("*.schema.yaml")]):
+        h.update(f.read_bytes())
+    h.update(os.environ.get("HARNESS_PLUGINS", "").encode())
+    return h.hexdigest()
+
+
+def mark_validated(cfg: Mapping[str, Any], path: Path) -> None:
+    """Note beside the resolved config file (results/<profile>/config.yaml) that it passed
+    validation, so that each job's `python -m harness ... --config <it>` need not validate it again
+    (about 1 s a job: the schema, the faiss spec checks). Any change to the file, to
+    configs/default.yaml or to a schema changes the digest, and the config is validated again."""
+    from harness.io import atomic_write_text
+
+    merged = deep_merge(read_yaml(DEFAULT_CONFIG), read_yaml(Path(path)))
+    atomic_write_text(Path(f"{path}.validated"), _stamp(merged) + "\n")
+
+
+def _stamp_matches(cfg: Mapping[str, Any], path: Path) -> bool:
+    stamp = Path(f"{path}.validated")
+    try:
+        return stamp.read_text(encoding="utf-8").strip() == _stamp(cfg)
+    except OSError:
+        return False
 
 
 def check_references(cfg: Mapping[str, Any]) -> None:

@@ -46,7 +46,9 @@ def run_stage(stage: str, argv: list[str]) -> int:
     t0 = time.perf_counter()
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
+        t_step = time.perf_counter()
         info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})
+        info["step_seconds"] = round(time.perf_counter() - t_step, 4)  # the method's own work, imports included
         write_meta(tmp, KIND[stage], spec=info.pop("spec", job.id), config_hash=p.hash(job),
                    seconds=time.perf_counter() - t0,
                    extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
