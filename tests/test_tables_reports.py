@@ -9,6 +9,7 @@ import yaml
 
 from harness import claims, regress
 from harness.config import load_config
+from harness.errors import ConfigError
 from harness.tables import render
 
 
@@ -113,7 +114,12 @@ def test_claims_hold_false_and_not_run(tmp_path):
     _eval(cfg, "smoke", "dpr", {"Success@20": 0.7})
     assert claims.evaluate(cfg, claim)["holds"] == "true"
     assert claims.evaluate(cfg, {**claim, "factor": 1.2})["holds"] == "false"
-    cfg["methods"]["dpr"]["enabled"] = False
+    cfg["methods"]["dpr"]["enabled"] = False   # bpr's baselines, svdr's timing rows and the reader read DPR
+    with pytest.raises(ConfigError, match="no train job 'dpr'"):
+        claims.evaluate(cfg, claim)
+    for m in ("bpr", "svdr", "vdr"):
+        cfg["methods"][m]["enabled"] = False
+    cfg["reader"]["enabled"] = False
     out = claims.evaluate(cfg, claim)
     assert out["holds"] == "not run" and "enabled is false" in out["detail"]
 
