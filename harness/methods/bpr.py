@@ -47,15 +47,16 @@ from typing import Any
 
 import numpy as np
 
-from harness.datasets import Query, store
+from harness.artifacts import DOCIDS, hits_from_rows, read_docids, write_docids
 from harness.config import fragment_defaults
+from harness.datasets import Query, store
 from harness.errors import ConfigError
 from harness.methods import dpr
 from harness.methods.base import Context, training_keys, wants_gpu
 from harness.plan import Job, Ref
 
 CODES_FILE = "codes.npy"
-DOCIDS_FILE = "docids.txt"
+DOCIDS_FILE = DOCIDS  # the shared doc-id file (harness.artifacts)
 #: settings that change a trained BPR model (hash of the train rules; variant equality)
 TRAIN_KEYS = ("backbone", "train_dataset", "pooling", "shared_encoder", "epochs", "batch_size", "lr",
               "weight_decay", "warmup_ratio", "q_max_len", "p_max_len", "hard_negatives", "strip_question_mark",
@@ -263,7 +264,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
     build_seconds = time.perf_counter() - t1
     index_file = index.save(out)
     np.save(out / CODES_FILE, codes)
-    (out / DOCIDS_FILE).write_text("".join(d.id + "\n" for d in docs), encoding="utf-8")
+    write_docids(out, [d.id for d in docs])
     return {"spec": spec, "documents": len(docs), "dim": int(vecs.shape[1]), "code_bytes": int(codes.shape[1]),
             "encode_seconds": t_enc, "build_seconds": build_seconds, "index_file_bytes": index_file.stat().st_size,
             "bits_set_fraction": float(np.unpackbits(codes).mean())}
@@ -325,7 +326,7 @@ class Searcher:
         self.kind, self.rerank, self.n_candidates = _variant_search(ctx.cfg, variant)
         self.model = dpr.BiEncoder.load(ctx, model_dir) if model_dir is not None else None
         self.codes = np.load(Path(index_dir) / CODES_FILE)
-        self.docids = (Path(index_dir) / DOCIDS_FILE).read_text(encoding="utf-8").split()
+        self.docids = read_docids(index_dir, expect=len(self.codes))
         s = {**DEFAULTS, **ctx.mcfg}
         self.index = None
         self.index_file: Path | None = None
@@ -359,8 +360,7 @@ class Searcher:
                                 rerank=self.rerank)
 
     def results(self, qids: Sequence[str], scores: np.ndarray, rows: np.ndarray) -> dict[str, list[tuple[str, float]]]:
-        return {q: [(self.docids[r], float(s)) for s, r in zip(srow, rrow) if r >= 0]
-                for q, srow, rrow in zip(qids, scores, rows)}
+        return hits_from_rows(self.docids, qids, scores, rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -588,7 +588,7 @@ def run_variant(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -
 
 def run_baselines(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """Runs of the DPR baseline indexes (HNSW, LSH, PQ) with DPR's question encoder (one load)."""
-    from harness.artifacts import hits_from_rows, read_docids, write_run_with_meta
+    from harness.artifacts import write_run_with_meta
 
     dctx = Context(ctx.cfg, "dpr", job.dataset)
     queries = store.read_queries(inputs["data"], "test")

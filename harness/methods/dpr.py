@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.artifacts import hits_from_rows, read_docids, write_docids
 from harness.datasets import Query, store
 from harness.errors import DataError
 from harness.io import iter_jsonl
@@ -175,7 +176,7 @@ class Searcher:
         spec = ctx.mcfg.get("index", "faiss:Flat")
         self.model = BiEncoder.load(ctx, model_dir)
         self.index = DenseFaissIndex.load(index_dir, parse_spec(spec)[1])
-        self.docids = (index_dir / "docids.txt").read_text(encoding="utf-8").split()
+        self.docids = read_docids(index_dir, expect=self.index.ntotal)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         return self.model.encode_questions(list(texts))
@@ -184,8 +185,7 @@ class Searcher:
         return self.index.search(qvecs, k)
 
     def results(self, qids: Sequence[str], scores: np.ndarray, rows: np.ndarray) -> dict[str, list[tuple[str, float]]]:
-        return {q: [(self.docids[r], float(s)) for s, r in zip(srow, rrow) if r >= 0]
-                for q, srow, rrow in zip(qids, scores, rows)}
+        return hits_from_rows(self.docids, qids, scores, rows)
 
 
 def search(ctx: Context, index_dir: Path, queries: Sequence[Query], k: int, model_dir: Path) -> dict[str, list[tuple[str, float]]]:
@@ -234,7 +234,6 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
 
 def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None = None) -> dict[str, Any]:
     """Encode the corpus with the passage encoder; faiss index of spec ``methods.dpr.index``."""
-    from harness.artifacts import write_docids
     from harness.indexes import parse_spec
     from harness.indexes.faiss_dense import DenseFaissIndex
 
@@ -255,7 +254,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
 
 def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """The ``dpr`` run and the BM25 + DPR (m) re-rankings, one model load and one question encoding."""
-    from harness.artifacts import hits_from_rows, write_run_with_meta
+    from harness.artifacts import write_run_with_meta
     from harness.rerank import write_reranked
     from harness.runs import read_run
 
@@ -264,7 +263,7 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     t0 = time.perf_counter()
     s = Searcher(ctx, inputs["index"], inputs["model"])
     scores, rows = s.search(s.encode([q.text for q in queries]), k)
-    hits = hits_from_rows(s.docids, [q.id for q in queries], scores, rows)
+    hits = s.results([q.id for q in queries], scores, rows)
     write_run_with_meta(out / f"{job.systems[0]}.trec", hits, system=job.systems[0], meta={
         "dataset": job.dataset, "depth": k, "seconds": round(time.perf_counter() - t0, 3),
         "note": "wall time of loading, encoding and searching; efficiency figures are in metrics/"})

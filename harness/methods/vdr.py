@@ -48,12 +48,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.datasets import Doc, Query, store
+from harness.artifacts import hits_from_rows, read_docids, write_docids
 from harness.config import fragment_defaults
+from harness.datasets import Doc, Query, store
 from harness.errors import ConfigError, DataError
+from harness.indexes.sparse_csr import SparseEmbeddingIndex, topk_rows  # noqa: F401 (topk_rows: re-export)
 from harness.io import read_json, write_json
 from harness.meta import folder_bytes, git_commit, hardware, read_meta, versions
-from harness.indexes.sparse_csr import SparseEmbeddingIndex, topk_rows  # noqa: F401 (topk_rows: re-export)
 from harness.methods.base import Context
 from harness.plan import Job, Ref
 
@@ -72,7 +73,6 @@ DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
 SYNTHETIC_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "synthetic")
 TOKEN_INDEX_FILE = "index.tcsr"
 EMB_INDEX_FILE = "embeddings.npz"
-DOCIDS = "docids.txt"
 MODEL_SETTINGS = "vdr.json"
 HEAD_FILE = "vdr_head.pt"
 SEARCH_VARIANTS = ("full", "alpha", "beta")
@@ -525,22 +525,7 @@ def load_token_index(index_dir: Path):
     from harness.indexes.token_csr import BinaryTokenIndex
 
     index = BinaryTokenIndex.load(Path(index_dir) / TOKEN_INDEX_FILE)
-    docids = _read_docids(index_dir)
-    if len(docids) != index.n_docs:
-        raise DataError(f"{index_dir}: {DOCIDS} lists {len(docids)} passages, the index holds {index.n_docs}",
-                        fix="rebuild the index")
-    return index, docids
-
-
-def _read_docids(folder: Path) -> list[str]:
-    path = Path(folder) / DOCIDS
-    if not path.exists():
-        raise DataError(f"{path} does not exist; run the rule that builds the index first")
-    return path.read_text(encoding="utf-8").split()
-
-
-def _write_docids(folder: Path, docs: Sequence[Doc]) -> None:
-    (Path(folder) / DOCIDS).write_text("".join(d.id + "\n" for d in docs), encoding="utf-8")
+    return index, read_docids(index_dir, expect=index.n_docs)
 
 
 def _tokenizer(ctx_cfg: Mapping[str, Any], s: Mapping[str, Any]):
@@ -1323,7 +1308,7 @@ def build_token(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -
     index = build_token_index(tok, docs, s["p_max_len"], s["skip_vocab"])
     build_seconds = time.perf_counter() - t0
     index.save(out / TOKEN_INDEX_FILE)
-    _write_docids(out, docs)
+    write_docids(out, [d.id for d in docs])
     return {"spec": "token-csr", "documents": len(docs), "vocab_size": index.vocab_size, "nnz": index.nnz,
             "density": index.nnz / max(1, index.n_docs * (index.vocab_size - s["skip_vocab"])),
             "memory_bytes": index.nbytes, "disk_bytes": (out / TOKEN_INDEX_FILE).stat().st_size,
@@ -1353,7 +1338,7 @@ def build_emb(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> 
 
 def _write_system(out: Path, system: str, qids: Sequence[str], docids: Sequence[str], scores, rows,
                   dataset: str | None, **meta: Any) -> None:
-    from harness.artifacts import hits_from_rows, write_run_with_meta
+    from harness.artifacts import write_run_with_meta
 
     write_run_with_meta(out / f"{system}.trec", hits_from_rows(docids, qids, scores, rows), system=system,
                         meta={"dataset": dataset, **meta})
@@ -1385,8 +1370,6 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
                       seconds=round(t_enc + time.perf_counter() - t1, 3),
                       note="question encoding (shared by the variants) + search; protocol timings are in metrics/")
         if variant == "beta":
-            from harness.artifacts import hits_from_rows
-
             beta_hits = hits_from_rows(docids, qids, scores, rows)
     depths = list(job.params.get("depths") or [])
     if depths and beta_hits is not None:
