@@ -372,34 +372,32 @@ def check_index_specs(cfg: Mapping[str, Any]) -> None:
     (``faiss:Flatt`` fails here, before any job, with the closest valid spec)."""
     from harness.indexes import check_spec
 
-    schema = load_schema("config")
-
-    def walk(node: Any, sch: Mapping[str, Any], where: str) -> None:
-        if "$ref" in sch:
-            sch = schema["$defs"][sch["$ref"].rsplit("/", 1)[1]]
-        if sch.get("x-index-spec") and isinstance(node, str):
+    def walk(node: Any, sch: Any, bases: Bases, where: str) -> None:
+        sch, bases = _resolve(sch, bases)
+        if isinstance(sch, Mapping) and sch.get("x-index-spec") and isinstance(node, str):
             check_spec(node, where=f"config key {where}")
         if isinstance(node, Mapping):
-            props = sch.get("properties", {})
-            extra = sch.get("additionalProperties")
             for k, v in node.items():
-                sub = props.get(k, extra if isinstance(extra, Mapping) else None)
-                if sub:
-                    walk(v, sub, f"{where}.{k}" if where else str(k))
+                child = _child_schema(sch, k, bases)
+                if child is not None:
+                    walk(v, *child, f"{where}.{k}" if where else str(k))
 
-    walk(cfg, schema, "")
+    root = load_schema("config")
+    walk(cfg, root, (root,), "")
+
+
+def lookup_key(cfg: Mapping[str, Any], dotted: str) -> Any:
+    """The value at a dotted config key (``methods.dpr.epochs``); None where the path ends early."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
 
 
 def section_hash(cfg: Mapping[str, Any], *keys: str) -> str:
     """Short stable hash of config sections (dotted keys), stored in meta.json and used as a
     Snakemake param so that a changed setting re-runs exactly the rules that depend on it."""
-    parts = {}
-    for key in keys:
-        node: Any = cfg
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, Mapping) else None
-        parts[key] = node
-    blob = json.dumps(parts, sort_keys=True, default=str)
+    blob = json.dumps({key: lookup_key(cfg, key) for key in keys}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

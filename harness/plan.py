@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from harness.config import results_root
+from harness.config import lookup_key, results_root
 from harness.errors import ConfigError, DataError
 
 STAGES = ("train", "index", "search", "measure")
@@ -123,6 +123,7 @@ class Plan:
                                   f"{' on ' + j.dataset if j.dataset else ''} (methods.{old.method}, methods.{j.method})")
             self.jobs[key] = j
         self._hash: dict[tuple[str, str | None, str | None], str] = {}
+        self._systems: dict[tuple[str, str], Job] | None = None
 
     # ---- lookup --------------------------------------------------------------------------
     def ids(self, stage: str) -> list[str]:
@@ -162,7 +163,10 @@ class Plan:
                 and (d is not None or stage == "train")]
 
     def systems(self) -> dict[tuple[str, str], Job]:
-        """(system, dataset) -> the search job whose run folder holds ``<system>.trec``."""
+        """(system, dataset) -> the search job whose run folder holds ``<system>.trec`` (derived once:
+        the plan does not change after it is built, and every ``system`` input asks for it)."""
+        if self._systems is not None:
+            return self._systems
         out: dict[tuple[str, str], Job] = {}
         for j in self.concrete("search"):
             if j.params.get("split", "test") != "test":
@@ -172,6 +176,7 @@ class Plan:
                     raise ConfigError(f"system {s!r} on {j.dataset} is written by two search jobs: "
                                       f"{out[(s, j.dataset)].id} and {j.id}")
                 out[(s, str(j.dataset))] = j
+        self._systems = out
         return out
 
     def metric_jobs(self, system: str, dataset: str) -> list[Job]:
@@ -207,7 +212,7 @@ class Plan:
         out = {}
         for role, ref in job.inputs.items():
             ref = self.run_of(ref)
-            prod = self.producer(ref)
+            prod = self.producer(ref)  # a run ref: run_of is the identity here
             if prod is not None:
                 self.job(*prod)  # raises if nothing produces it
             out[role] = path(self.cfg, ref)
@@ -243,8 +248,7 @@ class Plan:
         return h
 
     def hash(self, job: Job) -> str:
-        return _digest({"stage": job.stage, "id": job.id, "values": self.values(job),
-                        "inputs": {r: self.ref_hash(ref) for r, ref in sorted(job.inputs.items())}})
+        return _digest({"stage": job.stage, "id": job.id, "values": self.values(job), "inputs": self.input_hashes(job)})
 
     def eval_hash(self, job: Job) -> str:
         """Hash of the evaluation of a search job: the runs' hash, the evaluate settings, the answer rule."""
@@ -257,13 +261,6 @@ class Plan:
 
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def lookup_key(cfg: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
 
 
 def data_file_digest(cfg: Mapping[str, Any], dataset: str) -> str:
@@ -291,16 +288,14 @@ def _cached(blob: str) -> Plan:
     from harness.methods import METHODS, STEPS
 
     cfg = json.loads(blob)
+    # enabled methods (sections under methods) and steps (top-level sections such as reader)
+    declarers = [(name, METHODS.get(name)) for name, mcfg in cfg["methods"].items() if mcfg.get("enabled", True)]
+    declarers += [(name, module) for name, module in STEPS.items()
+                  if cfg.get(name) is not None and cfg[name].get("enabled", True)]
     jobs: list[Job] = []
-    for name, mcfg in cfg["methods"].items():
-        if mcfg.get("enabled", True):
-            module = METHODS.get(name)
-            jobs += [j if j.module else replace(j, module=module)
-                     for j in importlib.import_module(module).declare(cfg, name)]
-    for name, module in STEPS.items():
-        if cfg.get(name) is not None and cfg[name].get("enabled", True):
-            jobs += [j if j.module else replace(j, module=METHODS.get(j.method) if j.method in METHODS else module)
-                     for j in importlib.import_module(module).declare(cfg, name)]
+    for name, module in declarers:  # a job runs in its method's module unless it names another
+        jobs += [j if j.module else replace(j, module=METHODS.get(j.method) if j.method in METHODS else module)
+                 for j in importlib.import_module(module).declare(cfg, name)]
     plan = Plan(cfg, jobs)
     plan.check()
     return plan

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness import plan as hplan
+from harness.methods.base import section
 
 #: the rule of each stage whose jobs come from the plan -> the plan's stage
 RULE_STAGE = {"train": "train", "index": "index", "search": "search", "measure": "measure", "evaluate": "search"}
@@ -44,8 +45,7 @@ def resources(cfg: Mapping[str, Any], stage: str, wc: Any, what: str) -> int:
     of a job, as the method declared it."""
     job = _job(cfg, stage, wc)
     if what == "threads":  # the method's torch_threads, capped by scheduler.max_threads_per_job
-        want = (hplan.lookup_key(cfg, f"methods.{job.method}.torch_threads")
-                or hplan.lookup_key(cfg, f"{job.method}.torch_threads") or 1)
+        want = (section(cfg, job.method) or {}).get("torch_threads") or 1
         cap = (cfg.get("scheduler") or {}).get("max_threads_per_job")
         return 1 if stage == "evaluate" else int(min(want, cap) if cap else want)
     if what == "gpu":

@@ -10,6 +10,12 @@ from harness.config import results_root
 from harness.errors import ConfigError
 
 
+def section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    """The config section of a method (``methods.<name>``) or of a step (top-level ``<name>``,
+    e.g. the reader); None if the config has neither."""
+    return cfg["methods"].get(name, cfg.get(name))
+
+
 @dataclass(frozen=True)
 class Context:
     cfg: Mapping[str, Any]
@@ -18,10 +24,10 @@ class Context:
 
     @property
     def mcfg(self) -> Mapping[str, Any]:
-        section = self.cfg["methods"].get(self.method, self.cfg.get(self.method))  # a step's top-level section
-        if section is None:
+        found = section(self.cfg, self.method)
+        if found is None:
             raise ConfigError(f"config has no methods.{self.method} section")
-        return section
+        return found
 
     @property
     def root(self) -> Path:
@@ -53,4 +59,4 @@ def training_keys(cfg: Mapping[str, Any], name: str, exclude: tuple[str, ...] = 
 
 def wants_gpu(cfg: Mapping[str, Any], name: str) -> bool:
     """A job of method ``name`` asks a cluster for a GPU when its section says ``device: cuda``."""
-    return (cfg["methods"].get(name) or cfg.get(name) or {}).get("device", "cpu") == "cuda"
+    return (section(cfg, name) or {}).get("device", "cpu") == "cuda"

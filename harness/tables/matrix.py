@@ -83,7 +83,9 @@ def locate(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> t
 
 
 def _why(cfg: Mapping[str, Any], name: str, system: str, dataset: str, what: str) -> str:
-    method = cfg["methods"].get(name, cfg.get(name))
+    from harness.methods.base import section
+
+    method = section(cfg, name)
     if method is None:
         return f"system {system!r} has no methods.{name} section in profile {cfg['profile']}"
     if not method.get("enabled", True):
