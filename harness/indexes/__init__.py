@@ -93,6 +93,13 @@ def bad_spec(spec: str, why: str, known: Iterable[str], forms: str) -> ConfigErr
     return ConfigError(f"index spec {spec!r}: {why}{did_you_mean(spec, known)}", fix=f"use {forms}")
 
 
+def check_no_part(backend: str, part: str) -> None:
+    """For backends whose spec is their name alone (``token-csr``, ``sparse-csr``)."""
+    if part:
+        raise bad_spec(f"{backend}:{part}", f"the {backend} backend takes no spec part", [backend],
+                       f"'{backend}' alone")
+
+
 def parse_spec(spec: str) -> tuple[str, str]:
     """Split ``backend:spec`` into its two parts; ``token-csr`` and ``sparse-csr`` have no spec part."""
     if not isinstance(spec, str):

@@ -116,11 +116,9 @@ class SparseCSRBackend:
 
     @staticmethod
     def check_spec(part: str) -> None:
-        from harness.indexes import bad_spec
+        from harness.indexes import check_no_part
 
-        if part:
-            raise bad_spec(f"sparse-csr:{part}", "the sparse-csr backend takes no spec part", ["sparse-csr"],
-                           "'sparse-csr' alone")
+        check_no_part("sparse-csr", part)
 
     @staticmethod
     def build(part: str, payload: Any, *, docids: Sequence[str] | None = None) -> SparseEmbeddingIndex:

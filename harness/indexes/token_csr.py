@@ -764,11 +764,9 @@ class TokenCSRBackend:
 
     @staticmethod
     def check_spec(part: str) -> None:
-        from harness.indexes import bad_spec
+        from harness.indexes import check_no_part
 
-        if part:
-            raise bad_spec(f"token-csr:{part}", "the token-csr backend takes no spec part", ["token-csr"],
-                           "'token-csr' alone")
+        check_no_part("token-csr", part)
 
     @staticmethod
     def build(part: str, payload: Iterable[Sequence[int]], *, vocab_size: int) -> TokenCSRAdapter:
