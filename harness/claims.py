@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.config import REPO, add_config_argument, load_config, read_yaml, validate
 from harness.io import atomic_write_text
-from harness.measured import available, check_measure, find, outputs, parse_key
+from harness.measured import available, check_measure, find_key, outputs
 
 CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -41,11 +41,6 @@ def quantity_key(cfg: Mapping[str, Any], q: Mapping[str, Any]) -> str | None:
     return f"{dataset}/{q['system']}/{q['measure']}"
 
 
-def _parts(key: str) -> tuple[str, str, str]:
-    dataset, system, measure = parse_key(key)
-    return system, dataset, measure
-
-
 def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
     values, names = [], []
     for side in ("lhs", "rhs"):
@@ -59,7 +54,7 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
         if why:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: {why}"}
-        found = find(cfg, *_parts(key))
+        found = find_key(cfg, key)
         if found.value is None:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: {found.reason}"}

@@ -114,10 +114,15 @@ def find(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> Fou
 _BASE_UNIT = {"time": "s", "bytes": "B"}
 
 
+def find_key(cfg: Mapping[str, Any], key: str) -> Found:
+    """:func:`find` by key ``<dataset>/<system>/<measure>``."""
+    dataset, system, measure = parse_key(key)
+    return find(cfg, system, dataset, measure)
+
+
 def lookup(cfg: Mapping[str, Any], key: str) -> float | None:
     """A measured value by key; ``metric:<name>`` values in their dimension's base unit (bytes, seconds)."""
-    dataset, system, measure = parse_key(key)
-    return find(cfg, system, dataset, measure).value
+    return find_key(cfg, key).value
 
 
 def available(cfg: Mapping[str, Any], key: str) -> str | None:
