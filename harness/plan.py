@@ -253,7 +253,8 @@ class Plan:
     def eval_hash(self, job: Job) -> str:
         """Hash of the evaluation of a search job: the runs' hash, the evaluate settings, the answer rule."""
         return _digest({"run": self.hash(job), "evaluate": self.cfg["evaluate"],
-                        "rule": lookup_key(self.cfg, f"datasets.{job.dataset}.answer_rule")})
+                        "rule": lookup_key(self.cfg, f"datasets.{job.dataset}.answer_rule"),
+                        "relevance": lookup_key(self.cfg, f"datasets.{job.dataset}.relevance")})
 
     def input_hashes(self, job: Job) -> dict[str, str]:
         return {r: self.ref_hash(ref) for r, ref in sorted(job.inputs.items())}

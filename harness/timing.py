@@ -112,6 +112,15 @@ PROTOCOLS.add("densephrases-qps", Protocol(
     timed=("encode+search",)))
 
 
+PROTOCOLS.add("qcr-latency", Protocol(
+    name="qcr-latency", source="this harness (QCR reports no latency; its reviewers asked for it)",
+    repeats=1, trim="none", warmup=5, batch_size=1, max_length=None,
+    dtype={"cuda": "float32", "cpu": "float32"},
+    inside_timer={"encode+search": "query encoding + search of one question per call (latency); "
+                                   "the first 5 questions excluded"},
+    timed=("encode+search",)))
+
+
 def summarize(samples: Sequence[float], trim: str) -> dict[str, float]:
     """Mean after the protocol's trimming (SVDR: drop max and min), plus spread."""
     xs = sorted(samples)

@@ -2,7 +2,9 @@
 
 A method supplies its examples, a step function ``step_fn(batch, step, rng) -> (loss, parts)``
 (the forward pass and loss of one batch; ``step`` = finished optimizer steps, ``rng`` = the
-loop's seeded ``random.Random``, from which methods draw random negatives), the parameters to
+loop's seeded ``random.Random``, from which methods draw random negatives; a step function that
+runs its own backward pass, as QCR's GradCache does, returns the loss detached and the loop skips
+``backward``), the parameters to
 train, the modules to place and switch to train mode, and a ``save(folder)`` callback. The loop
 owns the rest, the same for every method:
 
@@ -220,7 +222,8 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
                     continue
                 with acc.autocast():
                     loss, part = step_fn(batch, step, rng)
-                acc.backward(loss / accum if accum > 1 else loss)
+                if loss.requires_grad:  # a step function that ran its own backward (GradCache) returns it detached
+                    acc.backward(loss / accum if accum > 1 else loss)
                 window.append((float(loss.detach()), part))
                 if len(window) < accum:
                     continue

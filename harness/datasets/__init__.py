@@ -3,6 +3,11 @@
 A prepared dataset folder (``results/<profile>/data/<key>/``) holds:
 ``corpus.jsonl`` (id, title, text), ``queries-<split>.jsonl`` (id, text, answers?, gold?),
 ``qrels-test.txt`` (TREC qrels, for qrels datasets) and ``meta.json`` (ids, counts, sources).
+
+Relevance (config key ``datasets.<key>.relevance``): ``answers`` (default) leaves the folder as the
+family writes it, and QA datasets are judged by answer strings; ``gold`` makes a QA dataset a
+qrels dataset: :func:`prepare` (re)writes ``qrels-test.txt`` from the test queries' gold passage
+ids (relevance 1), and evaluation uses those qrels instead of the answer rule (QCR's setting).
 """
 from __future__ import annotations
 
@@ -43,10 +48,47 @@ class Query(NamedTuple):
     gold: list[str] | None = None
 
 
+RELEVANCE = ("answers", "gold")
+
+
+def relevance(key: str, dcfg: Mapping[str, Any]) -> str:
+    """The dataset's ``relevance`` setting (``answers`` when unset); a bad value is a ConfigError."""
+    from harness.errors import ConfigError
+
+    value = dcfg.get("relevance", "answers")
+    if value not in RELEVANCE:
+        raise ConfigError(f"config key datasets.{key}.relevance: {value!r} is not one of {', '.join(RELEVANCE)}",
+                          fix="use answers (answer strings) or gold (gold passage ids as qrels)")
+    return value
+
+
 def prepare(key: str, dcfg: Mapping[str, Any], cfg: Mapping[str, Any], out: Path) -> dict[str, Any]:
-    """Prepare dataset ``key`` into folder ``out`` with its family's module; returns meta."""
+    """Prepare dataset ``key`` into folder ``out`` with its family's module; returns meta.
+    With ``relevance: gold`` the family's folder then gets gold qrels (:func:`write_gold_qrels`)."""
+    rel = relevance(key, dcfg)
     module = importlib.import_module(FAMILIES.get(dcfg["family"]))
-    return module.prepare(key, dcfg, cfg, out)
+    meta = module.prepare(key, dcfg, cfg, out)
+    if rel == "gold":
+        meta = {**meta, **write_gold_qrels(key, Path(out))}
+    return meta
+
+
+def write_gold_qrels(key: str, folder: Path) -> dict[str, Any]:
+    """Write ``folder/qrels-test.txt`` from the test queries' ``gold`` ids (relevance 1), replacing
+    any qrels the family wrote. Test queries without gold passages are left out and counted
+    (``queries_without_gold``); when none has any, DataError. Returns the meta entries
+    ``relevance``, ``qrels`` (judged queries) and ``queries_without_gold``."""
+    from harness.datasets import store
+    from harness.errors import DataError
+
+    queries = store.read_queries(folder, "test")
+    qrels = {q.id: {g: 1 for g in q.gold} for q in queries if q.gold}
+    if not qrels:
+        raise DataError(f"dataset {key}: none of its {len(queries)} test queries has gold passage ids "
+                        f"({folder / store.queries_file('test')}), so relevance gold has nothing to judge",
+                        fix=f"drop datasets.{key}.relevance (use answers) or use a family that records gold passages")
+    store.write_qrels(folder / store.QRELS, qrels)
+    return {"relevance": "gold", "qrels": len(qrels), "queries_without_gold": len(queries) - len(qrels)}
 
 
 def input_files(cfg: Mapping[str, Any], key: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 ``faiss:Flat``, ``faiss:HNSW512``, ``faiss:LSH``, ``faiss:PQ96x8`` (faiss factory strings),
 ``faiss-binary:BFlat``, ``faiss-binary:BHash768``, ``token-csr``, ``sparse-csr``, ``lucene:bm25``,
-``lucene:impact``.
+``lucene:impact``, ``lucene:pretokenized`` (whitespace tokens indexed verbatim, searched with BM25).
 
 One interface for every backend (why: the index stage, timing and size measurements treat every
 variant alike, and an index folder is loaded from its ``meta.json`` alone). Each backend module
@@ -13,8 +13,8 @@ and pyserini are heavy) with three static methods:
   needs no data.
 - ``build(part, payload, **options) -> index``: the payload per backend is dense float32 vectors
   (``faiss``), packed binary codes (``faiss-binary``), token-id lists (``token-csr``), a scipy sparse
-  matrix (``sparse-csr``), ``harness.datasets.Doc``s (``lucene:bm25``) or ``(docid, {token: int
-  weight})`` pairs (``lucene:impact``).
+  matrix (``sparse-csr``), ``harness.datasets.Doc``s (``lucene:bm25``), ``(docid, {token: int
+  weight})`` pairs (``lucene:impact``) or ``(docid, "tok1 tok2 ...")`` pairs (``lucene:pretokenized``).
 - ``load(folder, part, **options) -> index``.
 
 The index objects they return all have ``save(folder)``, ``search(queries, k)``, ``nbytes`` (bytes
@@ -157,7 +157,8 @@ def build_index(spec: str, payload: Any, **options: Any) -> Index:
 
 def load_index(folder: Path, **options: Any) -> Index:
     """Load the index in ``folder``, dispatching on ``folder/meta.json``'s ``spec``; ``options`` go to
-    the backend's loader (e.g. ``ef_search`` for HNSW, ``nflip`` for hash specs, ``k1``/``b`` for BM25)."""
+    the backend's loader (e.g. ``ef_search`` for HNSW, ``nflip`` for hash specs, ``k1``/``b`` for BM25
+    and pretokenized)."""
     from harness.meta import META, read_meta
 
     folder = Path(folder)

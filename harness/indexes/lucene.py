@@ -1,4 +1,9 @@
-"""Lucene indexes through pyserini/Anserini (specs ``lucene:bm25``, ``lucene:impact``)."""
+"""Lucene indexes through pyserini/Anserini (specs ``lucene:bm25``, ``lucene:impact``, ``lucene:pretokenized``).
+
+``lucene:pretokenized`` indexes whitespace-separated tokens verbatim (QCR's FSQ code tokens such as
+``0_c52 1_c113``, optionally followed by the document's words as :func:`analyze_words` gives them)
+and searches them with BM25; see :func:`build_pretokenized` and :class:`LuceneIndex`.
+"""
 from __future__ import annotations
 
 import json
@@ -6,6 +11,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +65,48 @@ class LuceneBM25:
         return {q: [(h.docid, float(h.score)) for h in hits.get(q, [])] for q in qids}
 
 
+def analyze_words(texts: Sequence[str]) -> list[list[str]]:
+    """The tokens Lucene's default English analyser makes of each text: the analyser ``lucene:bm25``
+    indexes and searches with (Anserini's DefaultEnglishAnalyzer: Lucene's standard tokenizer,
+    lower-casing, Lucene's 33 English stopwords dropped, Porter stemming; pyserini's
+    ``get_lucene_analyzer()`` defaults). Why: a ``lucene:pretokenized`` document or query made of
+    codes plus these tokens matches words the way BM25 on the text would."""
+    if isinstance(texts, str):
+        raise ConfigError("analyze_words: texts must be a sequence of strings, got one string",
+                          fix="pass [text]")
+    analyzer = _english_analyzer()
+    return [[str(t) for t in analyzer.analyze(str(text))] for text in texts]
+
+
+@lru_cache(maxsize=1)
+def _english_analyzer() -> Any:
+    """pyserini's Analyzer over the default English analyser (created once, then reused)."""
+    pyserini_env.setup()
+    from pyserini.analysis import Analyzer, get_lucene_analyzer
+
+    return Analyzer(get_lucene_analyzer())
+
+
 # --------------------------------------------------------------------------------------------
-# impact indexes (spec lucene:impact) and the uniform backend interface (harness.indexes)
+# impact and pretokenized indexes and the uniform backend interface (harness.indexes)
 # --------------------------------------------------------------------------------------------
-KINDS = ("bm25", "impact")  # the spec parts of backend ``lucene``
+KINDS = ("bm25", "impact", "pretokenized")  # the spec parts of backend ``lucene``
 LUCENE_DIR = "lucene"  # the Lucene index inside an index folder (meta.json sits beside it; as methods.bm25)
-_SIMILARITY = {"BM25Similarity": "bm25", "ImpactSimilarity": "impact"}
-_OPTIONS = {"bm25": {"contents", "threads", "k1", "b", "out"}, "impact": {"threads", "out"}}
+#: a file beside the Lucene files naming the Java analyzer the index was built with; only
+#: pretokenized indexes write it (Lucene keeps no record of the analyzer, and ignores unknown files)
+ANALYZER_FILE = "harness-analyzer.txt"
+WHITESPACE = "WhitespaceAnalyzer"
+ENGLISH = "DefaultEnglishAnalyzer"
+#: (similarity, query analyzer) of the opened searcher -> spec part (impact searchers have no analyzer)
+_READ_BACK = {("BM25Similarity", ENGLISH): "bm25", ("BM25Similarity", WHITESPACE): "pretokenized",
+              ("ImpactSimilarity", None): "impact"}
+_OPTIONS = {"bm25": {"contents", "threads", "k1", "b", "out"}, "impact": {"threads", "out"},
+            "pretokenized": {"threads", "k1", "b", "out"}}
+#: Lucene's WhitespaceTokenizer cuts tokens longer than this into pieces (CharTokenizer's default)
+MAX_TOKEN_CHARS = 255
+#: Lucene's IndexSearcher.maxClauseCount: a query of more distinct tokens fails inside Anserini
+#: (with an unhelpful "queryCount = 1 is not equal to completedTaskCount = 0")
+MAX_QUERY_TOKENS = 1024
 
 
 def _int_weights(vector: Mapping[str, Any], what: str) -> dict[str, int]:
@@ -114,6 +155,72 @@ def build_impact(docs: Iterable[tuple[str, Mapping[str, Any]]], out: Path, *, th
     return n
 
 
+def _token_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
+    """``value`` (a string of whitespace-separated tokens, or a sequence of token strings) as the
+    tokens joined by single spaces. Python's whitespace includes every character Java's
+    ``Character.isWhitespace`` (Lucene's WhitespaceTokenizer) splits on, so Lucene sees exactly these
+    tokens. Refused: tokens holding whitespace or longer than Lucene's 255 characters, and no tokens
+    at all unless ``allow_empty`` (``what`` names the document or query)."""
+    if isinstance(value, str):
+        tokens = value.split()
+    elif isinstance(value, Sequence) and not isinstance(value, bytes):
+        tokens = list(value)
+        for tok in tokens:
+            if not isinstance(tok, str) or not tok or any(c.isspace() for c in tok):
+                raise ConfigError(f"lucene:pretokenized: {what} has the token {tok!r}; tokens are non-empty "
+                                  "strings without whitespace", fix="split the token or replace its whitespace")
+    else:
+        raise ConfigError(f"lucene:pretokenized: {what} must be a string of whitespace-separated tokens or a "
+                          f"list of tokens, got {type(value).__name__}")
+    long = next((t for t in tokens if len(t) > MAX_TOKEN_CHARS), None)
+    if long is not None:
+        raise ConfigError(f"lucene:pretokenized: {what} has a token of {len(long)} characters ({long[:20]!r}...); "
+                          f"Lucene's whitespace tokenizer cuts tokens at {MAX_TOKEN_CHARS}", fix="use shorter tokens")
+    if not tokens and not allow_empty:
+        raise ConfigError(f"lucene:pretokenized: {what} has no tokens (Anserini would skip it silently)",
+                          fix="drop the document or give it at least one token")
+    return " ".join(tokens)
+
+
+def build_pretokenized(docs: Iterable[tuple[str, Any]], out: Path, *, threads: int = 1) -> int:
+    """Index ``(docid, "tok1 tok2 ...")`` pairs (or ``(docid, [tok1, tok2, ...])``) into folder ``out``
+    (which must not exist yet): Anserini's JsonCollection with ``-pretokenized``, which in Anserini
+    1.7.1 (pyserini 1.6) only swaps the default English analyser for Lucene's WhitespaceAnalyzer, so
+    tokens are indexed verbatim (case kept, no stemming, no stopwords); term frequencies and document
+    lengths are token counts, as BM25 needs. Writes :data:`ANALYZER_FILE` beside the Lucene files so a
+    loader opens the searcher with the same analyser. Returns the number of documents."""
+    n = 0
+    with tempfile.TemporaryDirectory(prefix="jsoncoll-") as coll:
+        with open(Path(coll) / "docs.jsonl", "w", encoding="utf-8") as fh:
+            for i, item in enumerate(docs):
+                try:
+                    docid, tokens = item
+                except (TypeError, ValueError):
+                    raise ConfigError(f"lucene:pretokenized: document {i} is not a (docid, \"tok tok ...\") pair") from None
+                text = _token_text(tokens, f"document {docid!r}")
+                fh.write(json.dumps({"id": str(docid), "contents": text}, ensure_ascii=False) + "\n")
+                n += 1
+        pyserini_env.index_collection([
+            "-collection", "JsonCollection", "-input", coll, "-index", str(out),
+            "-generator", "DefaultLuceneDocumentGenerator", "-pretokenized", "-threads", str(threads), "-quiet",
+        ])
+    (Path(out) / ANALYZER_FILE).write_text(WHITESPACE + "\n", encoding="utf-8")
+    return n
+
+
+def index_analyzer(path: Path) -> str:
+    """The analyser a bm25/pretokenized Lucene index was built with: :data:`ANALYZER_FILE` if present,
+    else the default English analyser (what ``lucene:bm25`` and methods.bm25 build with)."""
+    marker = Path(path) / ANALYZER_FILE
+    if not marker.is_file():
+        return ENGLISH
+    name = marker.read_text(encoding="utf-8").strip()
+    if name not in (ENGLISH, WHITESPACE):
+        raise DataError(f"{marker} names the analyzer {name!r}; known: {ENGLISH}, {WHITESPACE}",
+                        fix="rebuild the index")
+    return name
+
+
 def _queries(queries: Any) -> tuple[list[str], list[Any]]:
     """(qids, queries) from {qid: query} or a sequence (qids "0", "1", ...)."""
     if isinstance(queries, Mapping):
@@ -124,14 +231,27 @@ def _queries(queries: Any) -> tuple[list[str], list[Any]]:
 
 
 class LuceneIndex:
-    """A Lucene index folder and its searcher (specs ``lucene:bm25``, ``lucene:impact``).
+    """A Lucene index folder and its searcher (specs ``lucene:bm25``, ``lucene:impact``, ``lucene:pretokenized``).
 
     ``search(queries, k)`` takes ``{qid: query}`` (or a sequence: qids ``"0"``, ``"1"``, ...) — query
-    text for bm25 (Lucene analyses it), ``{token: int weight}`` for impact — and returns hits per
-    query, ``{qid: [(docid, score), ...]}`` best first (Lucene keeps the doc ids; there are no rows).
+    text for bm25 (Lucene analyses it), ``{token: int weight}`` for impact, whitespace-separated
+    tokens (or a token list) for pretokenized — and returns hits per query, ``{qid: [(docid, score),
+    ...]}`` best first (Lucene keeps the doc ids; there are no rows).
     Impact scores are the integer dot products sum q_w * d_w (as float32); among equal scores Anserini
     orders doc ids ascending (as strings) and lowers each later tied score by 1e-6 per place.
-    ``nbytes`` is the size of the Lucene files: Lucene memory-maps them (JVM heap not counted).
+
+    Pretokenized queries are split on whitespace only (Lucene's WhitespaceAnalyzer) and scored with
+    Lucene's BM25 (k1, b): sum over distinct query tokens t of ``count_q(t) * idf(t) * tf / (tf + k1 *
+    (1 - b + b * dl / avgdl))``, idf = ln(1 + (N - df + 0.5) / (df + 0.5)). A token repeated in the
+    query counts that many times: Anserini's BagOfWordsQueryGenerator turns the query into one
+    SHOULD clause per distinct token, boosted by its count. Lucene caps a query at 1024 distinct
+    tokens (:data:`MAX_QUERY_TOKENS`; more is a ConfigError). As for bm25, Anserini rounds every
+    score to 4 decimals, and among equal rounded scores orders doc ids ascending and lowers each
+    later tied score by 1e-6 per place.
+
+    The searcher of a bm25 or pretokenized index uses the analyser the index was built with
+    (:func:`index_analyzer`), so ``spec`` tells the two apart. ``nbytes`` is the size of the Lucene
+    files: Lucene memory-maps them (JVM heap not counted).
     """
 
     def __init__(self, path: Path, kind: str, *, k1: float = 0.9, b: float = 0.4, threads: int = 1,
@@ -147,22 +267,34 @@ class LuceneIndex:
 
     @property
     def searcher(self) -> Any:
-        """LuceneBM25 (bm25) or pyserini's LuceneImpactSearcher (impact), opened on first use."""
+        """LuceneBM25 (bm25, pretokenized: with the index's own analyser) or pyserini's
+        LuceneImpactSearcher (impact), opened on first use."""
         if self._searcher is None:
-            if self.kind == "bm25":
-                self._searcher = LuceneBM25(self.path, k1=self.k1, b=self.b)
-            else:
+            if self.kind == "impact":
                 self._searcher = pyserini_env.lucene_impact_searcher(str(self.path))
+            else:
+                analyzer = index_analyzer(self.path)
+                searcher = LuceneBM25(self.path, k1=self.k1, b=self.b)
+                if analyzer == WHITESPACE:
+                    from pyserini.analysis import JWhiteSpaceAnalyzer
+
+                    searcher.searcher.set_analyzer(JWhiteSpaceAnalyzer())
+                self._searcher = searcher
         return self._searcher
 
     @property
     def spec(self) -> str:
-        """``lucene:<kind>`` read back from the similarity of the opened Java searcher."""
-        java = self.searcher.searcher.object if self.kind == "bm25" else self.searcher.object
+        """``lucene:<kind>`` read back from the opened Java searcher: its similarity and, for BM25,
+        the class of its query analyser (WhitespaceAnalyzer: pretokenized; DefaultEnglishAnalyzer: bm25)."""
+        if self.kind == "impact":
+            java, analyzer = self.searcher.object, None
+        else:
+            java = self.searcher.searcher.object
+            analyzer = str(java.get_analyzer().getClass().getName()).rsplit(".", 1)[-1]
         name = pyserini_env.similarity_name(java)
-        if name not in _SIMILARITY:
-            raise DataError(f"{self.path}: the Lucene searcher uses {name}, which no lucene spec names")
-        return f"lucene:{_SIMILARITY[name]}"
+        if (name, analyzer) not in _READ_BACK:
+            raise DataError(f"{self.path}: the Lucene searcher uses {name} with {analyzer}, which no lucene spec names")
+        return f"lucene:{_READ_BACK[name, analyzer]}"
 
     @property
     def nbytes(self) -> int:
@@ -190,6 +322,18 @@ class LuceneIndex:
         threads = self.threads if threads is None else threads
         if self.kind == "bm25":
             return self.searcher.search([str(q) for q in qs], qids, k, threads=threads)
+        if self.kind == "pretokenized":
+            texts = [_token_text(q, f"query {qid!r}", allow_empty=True) for qid, q in zip(qids, qs)]
+            for qid, text in zip(qids, texts):
+                if len(set(text.split())) > MAX_QUERY_TOKENS:
+                    raise ConfigError(f"lucene:pretokenized: query {qid!r} has {len(set(text.split()))} distinct "
+                                      f"tokens; Lucene takes at most {MAX_QUERY_TOKENS}",
+                                      fix="shorten the query (e.g. fewer codes or words)")
+            live = [i for i, t in enumerate(texts) if t]  # an empty query matches nothing: not sent
+            out = {q: [] for q in qids}
+            if live:
+                out.update(self.searcher.search([texts[i] for i in live], [qids[i] for i in live], k, threads=threads))
+            return out
         encoded = [_int_weights(q, f"query {qid!r}") for qid, q in zip(qids, qs)]
         live = [i for i, q in enumerate(encoded) if q]  # an empty query matches nothing: not sent
         out: dict[str, list[tuple[str, float]]] = {q: [] for q in qids}
@@ -202,7 +346,8 @@ class LuceneIndex:
 
 
 class LuceneBackend:
-    """Backend ``lucene``: ``bm25`` over Docs (text), ``impact`` over (docid, {token: int weight}) pairs."""
+    """Backend ``lucene``: ``bm25`` over Docs (text), ``impact`` over (docid, {token: int weight}) pairs,
+    ``pretokenized`` over (docid, "tok1 tok2 ...") pairs."""
 
     name = "lucene"
 
@@ -224,7 +369,8 @@ class LuceneBackend:
     @staticmethod
     def build(part: str, payload: Iterable[Any], **options: Any) -> LuceneIndex:
         """Build into ``out`` (a folder that must not exist), else into a temporary folder that
-        ``save`` copies from. bm25 options: contents (title_text | text), threads, k1, b; impact: threads."""
+        ``save`` copies from. bm25 options: contents (title_text | text), threads, k1, b; impact: threads;
+        pretokenized: threads, k1, b (BM25 at search time; defaults 0.9, 0.4)."""
         LuceneBackend.check_spec(part)
         LuceneBackend._options(part, options)
         threads = int(options.get("threads", 1))
@@ -237,12 +383,16 @@ class LuceneBackend:
             build("bm25", payload, Path(out), contents=options.get("contents", "title_text"), threads=threads)
             return LuceneIndex(Path(out), part, k1=options.get("k1", 0.9), b=options.get("b", 0.4),
                                threads=threads, _tmp=tmp)
+        if part == "pretokenized":
+            build_pretokenized(payload, Path(out), threads=threads)
+            return LuceneIndex(Path(out), part, k1=options.get("k1", 0.9), b=options.get("b", 0.4),
+                               threads=threads, _tmp=tmp)
         build_impact(payload, Path(out), threads=threads)
         return LuceneIndex(Path(out), part, threads=threads, _tmp=tmp)
 
     @staticmethod
     def load(folder: Path, part: str, **options: Any) -> LuceneIndex:
-        """The Lucene index in ``folder/lucene``; options: k1, b (bm25), threads."""
+        """The Lucene index in ``folder/lucene``; options: k1, b (bm25, pretokenized), threads."""
         LuceneBackend.check_spec(part)
         LuceneBackend._options(part, {k: v for k, v in options.items() if k != "out"})
         path = Path(folder) / LUCENE_DIR

@@ -30,6 +30,7 @@ PAPER_DATASETS = {
     "TREC": "dpr-w100/curated-trec/test",
     "SQuAD": "dpr-w100/squad/test",
     "SciFact": "beir/scifact/test",
+    "MSMARCO-dev": "msmarco-passage/dev/small",
     "NFCorpus": "beir/nfcorpus/test",
     "ArguAna": "beir/arguana/test",
     "FiQA": "beir/fiqa/test",
@@ -174,8 +175,29 @@ def render(cfg: Mapping[str, Any], paper: str, table: str, md: Path | None = Non
     md = Path(md) if md is not None else table_path(cfg, paper, table)
     csv_path = md.with_suffix(".csv")
     atomic_write_text(csv_path, to_csv(paper, table, cells))
-    atomic_write_text(md, to_markdown(cfg, paper, table, tinfo, cells))
+    text = to_markdown(cfg, paper, table, tinfo, cells)
+    links = attach_figures(paper, table, cells, md)
+    atomic_write_text(md, text + ("\n" + "\n".join(links) + "\n" if links else ""))
     return md, csv_path
+
+
+def attach_figures(paper: str, table: str, cells: list[Cell], md: Path) -> list[str]:
+    """Copy the files the matrix's ``figures`` names (plots, text tables written by a measure job
+    beside its metrics) next to the table as ``<table>-<name>`` and return the lines linking them."""
+    import shutil
+
+    lines = []
+    for name in load_matrix(paper)["tables"].get(table, {}).get("figures", []):
+        src = next((Path(s).parent / name for c in cells if c.kind == "measured" for s in c.sources
+                    if (Path(s).parent / name).is_file()), None)
+        if src is None:
+            lines.append(f"Figure {name}: not run (no measured cell of this table comes with it).")
+            continue
+        dest = Path(md).parent / f"{table}-{name}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+        lines.append(f"Figure: [{dest.name}]({dest.name}) (written by the measure job beside `{src}`).")
+    return lines
 
 
 def main(argv: list[str]) -> int:

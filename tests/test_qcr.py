@@ -1,0 +1,185 @@
+"""QCR's own logic (harness/methods/qcr.py): FSQ pre-rounding, Eq. 3, the entropy loss, GradCache,
+rescoring through the distance matrix, code strings, batching, crops, the query generator."""
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from harness.errors import ConfigError, DataError
+from harness.methods import qcr
+
+
+def _fsq(levels=(5, 5, 5, 5, 5)):
+    from vector_quantize_pytorch import FSQ
+
+    return FSQ(levels=list(levels))
+
+
+@pytest.mark.parametrize("levels", [(5, 5, 5, 5, 5), (8, 5, 5, 5), (3, 4)])
+def test_prequant_rounds_to_fsqs_own_codes(levels):
+    fsq = _fsq(levels)
+    z = torch.randn(4, 7, len(levels)) * 3
+    zhat, idx = fsq(z)
+    pre = qcr.prequant(fsq, z)
+    hw = (fsq._levels // 2).float()
+    assert torch.allclose(torch.round(pre * hw) / hw, zhat, atol=1e-6)
+    assert torch.equal(qcr.code_ids(fsq, pre), idx.long())
+    assert int(idx.max()) < qcr.codebook_size(levels)
+
+
+def test_late_interaction_equals_the_double_loop():
+    g = torch.Generator().manual_seed(0)
+    q, d = torch.randn(2, 3, 5, generator=g), torch.randn(4, 2, 5, generator=g)
+    got = qcr.late_interaction(q, d)
+    want = torch.zeros(2, 4)
+    for i, j in itertools.product(range(2), range(4)):
+        want[i, j] = sum(max(-torch.dist(q[i, a], d[j, b]).item() for b in range(2)) for a in range(3))
+    assert torch.allclose(got, want, atol=1e-5)
+    # identical codes score 0, the maximum
+    assert qcr.late_interaction(q[:1], q[:1]).item() == pytest.approx(0.0, abs=1e-4)
+
+
+def test_entropy_loss_is_the_entropy_of_the_nearest_codes_and_has_a_gradient():
+    fsq = _fsq((3, 3))
+    cb = fsq.implicit_codebook.float()
+    z = (cb[[0, 0, 1, 2]] + 0.05).clone().requires_grad_()  # nearest codes 0, 0, 1, 2
+    h, p = qcr.entropy_loss(z, cb)
+    counts = np.array([2, 1, 1]) / 4
+    assert h.item() == pytest.approx(float(-(counts * np.log(counts)).sum()), abs=1e-5)
+    assert p.sum().item() == pytest.approx(1.0)
+    h.backward()
+    assert z.grad is not None and float(z.grad.abs().sum()) > 0  # straight-through: the softmax's gradient
+
+
+def test_qcr_loss_prefers_aligned_pairs():
+    fsq = _fsq()
+    cb = fsq.implicit_codebook.float()
+    q = qcr.prequant(fsq, torch.randn(4, 6, 5) * 2)
+    aligned, _ = qcr.qcr_loss(q, q.clone(), cb, temperature=1.0, entropy_weight=0.0)
+    shuffled, _ = qcr.qcr_loss(q, q.roll(1, 0), cb, temperature=1.0, entropy_weight=0.0)
+    assert aligned.item() < shuffled.item()
+    _, parts = qcr.qcr_loss(q, q, cb, temperature=1.0, entropy_weight=1.0)
+    assert set(parts) == {"contrastive", "entropy"}
+
+
+def test_grad_cache_equals_the_full_batch_gradient_with_dropout():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 3 * 5))
+    net.train()
+    fsq = _fsq()
+    cb = fsq.implicit_codebook.float()
+    xs = torch.randn(6, 8)
+    ys = torch.randn(6, 8)
+
+    def encode(items):
+        return qcr.prequant(fsq, net(torch.stack(list(items))).view(len(items), 3, 5))
+
+    def loss_fn(q, d):
+        return qcr.qcr_loss(q, d, cb, temperature=0.5, entropy_weight=0.3)
+
+    torch.manual_seed(1)
+    loss, _ = qcr.grad_cache_step(encode, [list(xs), list(ys)], loss_fn, chunk=2)
+    cached = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    # the same RNG draws as the cached run's first pass: chunks of 2, queries then documents
+    torch.manual_seed(1)
+    q = torch.cat([encode(list(xs[i:i + 2])) for i in range(0, 6, 2)])
+    d = torch.cat([encode(list(ys[i:i + 2])) for i in range(0, 6, 2)])
+    full, _ = loss_fn(q, d)
+    full.backward()
+    assert loss.item() == pytest.approx(full.item(), abs=1e-5)
+    for a, b in zip(cached, (p.grad for p in net.parameters())):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_rescore_equals_eq3_over_code_vectors():
+    levels = (3, 3, 3)
+    dist = qcr.distance_matrix(levels)
+    cb = _fsq(levels).implicit_codebook.float().numpy()
+    assert dist.shape == (27, 27) and np.allclose(np.diag(dist), 0)
+    rng = np.random.default_rng(0)
+    qc, cands = rng.integers(0, 27, 4), rng.integers(0, 27, (5, 6))
+    got = qcr.rescore(qc, cands, dist, chunk=2)
+    want = [sum(max(-np.linalg.norm(cb[a] - cb[b]) for b in row) for a in qc) for row in cands]
+    assert np.allclose(got, want, atol=1e-5)
+
+
+def test_rescore_run_reorders_the_head_and_keeps_the_tail():
+    dist = qcr.distance_matrix((3, 3))
+    doc_codes = np.array([[0, 1], [4, 4], [8, 8], [2, 2]])
+    run = {"q": [("a", 3.0), ("b", 2.0), ("c", 1.0), ("d", 0.5)]}
+    out = qcr.rescore_run(run, {"q": np.array([8, 8])}, doc_codes, {"a": 0, "b": 1, "c": 2, "d": 3}, dist,
+                          depth=3, k=4)
+    assert [d for d, _ in out["q"]] == ["c", "b", "a", "d"]  # c matches exactly; d stays below the head
+    assert [s for _, s in out["q"]] == [4.0, 3.0, 2.0, 1.0]
+
+
+def test_code_strings_and_their_errors():
+    codes = np.array([[3, 0], [5, 5]])
+    assert qcr.code_strings(codes, ["d1", "d2"], k=2, size=27, positional=True) == ["0_c3 1_c0", "0_c5 1_c5"]
+    assert qcr.code_strings(codes, ["d1", "d2"], k=2, size=27, positional=False) == ["c3 c0", "c5 c5"]
+    with pytest.raises(DataError, match="d2: code id 30 outside the codebook"):
+        qcr.code_strings(np.array([[1, 2], [30, 1]]), ["d1", "d2"], k=2, size=27, positional=True)
+    with pytest.raises(DataError, match="3 codes per text, the model writes K = 2"):
+        qcr.code_strings(np.zeros((2, 3), int), ["d1", "d2"], k=2, size=27, positional=True)
+
+
+def test_batch_schedule_follows_the_stages_and_never_repeats_a_document():
+    pairs = [(f"q{i}", f"d{i % 5}") for i in range(20)]
+    s = qcr.BatchSchedule(pairs, [{"steps": 2, "batch_size": 3, "codes": 4}, {"steps": 3, "batch_size": 5, "codes": 8}],
+                          random.Random(0))
+    assert s.total == 5
+    for step in range(5):
+        batch, k = s.batch(step)
+        assert (len(batch), k) == ((3, 4) if step < 2 else (5, 8))
+        assert len({d for _, d in batch}) == len(batch)
+
+
+def test_crop_query_is_a_span_within_the_ratio():
+    text = " ".join(f"w{i}" for i in range(100))
+    rng = random.Random(0)
+    for _ in range(20):
+        c = qcr.crop_query(text, rng, {"min_ratio": 0.1, "max_ratio": 0.5, "min_words": 4}).split()
+        assert 10 <= len(c) <= 50
+        start = int(c[0][1:])
+        assert c == [f"w{i}" for i in range(start, start + len(c))]
+
+
+def test_settings_variants_and_grid(tmp_path):
+    cfg = {"seed": 1, "methods": {"qcr": {"train_dataset": "x", "backbone": "b", "levels": [5, 5, 5],
+                                          "variants": {"noent": {"entropy_weight": 0.0}},
+                                          "variant_overrides": {"max_train_questions": 10},
+                                          "grid": {"batch_sizes": [8, 32], "codes": [4, 16], "steps": 7}}}}
+    s = qcr.settings(cfg, "noent")
+    assert (s["entropy_weight"], s["max_train_questions"], s["levels"]) == (0.0, 10, [5, 5, 5])
+    assert qcr.grid_models(qcr.settings(cfg)) == ["grid-b0k0", "grid-b1k0", "grid-b0k1", "grid-b1k1"]
+    assert qcr.settings(cfg, "grid-b1k0")["schedule"] == [{"steps": 7, "batch_size": 32, "codes": 4}]
+    assert qcr.model_id(cfg, "noent") == "qcr.noent"
+    with pytest.raises(ConfigError, match="unknown QCR variant"):
+        qcr.settings(cfg, "nope")
+    with pytest.raises(ConfigError, match="unknown QCR grid model"):
+        qcr.settings(cfg, "grid-b5k0")
+
+
+def test_generated_queries_pipeline_with_a_random_tiny_causal_lm():
+    """App. A.1's pipeline, offline: a randomly initialised tiny Llama with the smoke backbone's tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from harness.config import load_config
+    from harness.datasets import Doc
+    from harness.models.backbones import load_tokenizer
+
+    tok = load_tokenizer(load_config(), "splade-tiny")
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                                      pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id,
+                                      bos_token_id=tok.cls_token_id))
+    docs = [Doc("d1", "T", "a passage about rivers"), Doc("d2", "", "another one")]
+    out = qcr.generate_queries("unused", docs, max_new_tokens=5, model=lm, tokenizer=tok)
+    assert len(out) == 2 and all(isinstance(q, str) for q in out)
+    assert "{document}" in qcr.GENERATOR_PROMPT and qcr.GENERATOR_PROMPT.startswith("You are an expert search engine")
