@@ -769,7 +769,8 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                                 "index": Ref("index", "qcr", ad), "bm25": Ref("system", s["words_system"], ad), **extra}))
         grid = grid_models(s)
         if grid:
-            jobs.append(Job("measure", "qcr.fig3", name, "measure_fig3", ad, systems=("qcr.fig3",),
+            jobs.append(Job("measure", "qcr.fig3", name, "measure_fig3", ad,
+                            systems=("qcr.fig3", *(f"qcr.fig3-{g.removeprefix('grid-')}" for g in grid)),
                             keys=(f"{m}.grid", "evaluate.ir_measures"), params={"grid": grid},
                             inputs={"data": Ref("data", dataset=ad),
                                     **{f"run_{g}": Ref("system", f"qcr.{g}", ad) for g in grid}}))
@@ -1100,7 +1101,12 @@ def measure_fig3(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) 
         res = evaluate_run(ctx.cfg, str(job.dataset), inputs[f"run_{g}"] / f"qcr.{g}.trec")
         if measure not in res["measures"]:
             raise ConfigError(f"Figure 3 needs {measure} in evaluate.ir_measures (dataset {job.dataset})")
-        points[grid_point(settings(ctx.cfg), g)] = res["measures"][measure]
+        b, k = grid_point(settings(ctx.cfg), g)
+        points[(b, k)] = res["measures"][measure]
+        write_json(out / f"qcr.fig3-{g.removeprefix('grid-')}.json", _metric(
+            f"qcr.fig3-{g.removeprefix('grid-')}", str(job.dataset),
+            {"success100": (points[(b, k)], "ratio", f"{measure} of model {g} (evaluated as the evaluate stage does)"),
+             "batch_size": (b, "count", "batch size"), "codes": (k, "count", "K")}))
     grid = grid_summary(points)
     write_json(out / "qcr.fig3.json", {"system": "qcr.fig3", "dataset": job.dataset, "measure": measure,
                                        "grid": grid, "values": {}})

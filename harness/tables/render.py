@@ -176,20 +176,26 @@ def render(cfg: Mapping[str, Any], paper: str, table: str, md: Path | None = Non
     csv_path = md.with_suffix(".csv")
     atomic_write_text(csv_path, to_csv(paper, table, cells))
     text = to_markdown(cfg, paper, table, tinfo, cells)
-    links = attach_figures(paper, table, cells, md)
+    links = attach_figures(cfg, paper, table, cells, md)
     atomic_write_text(md, text + ("\n" + "\n".join(links) + "\n" if links else ""))
     return md, csv_path
 
 
-def attach_figures(paper: str, table: str, cells: list[Cell], md: Path) -> list[str]:
+def attach_figures(cfg: Mapping[str, Any], paper: str, table: str, cells: list[Cell], md: Path) -> list[str]:
     """Copy the files the matrix's ``figures`` names (plots, text tables written by a measure job
-    beside its metrics) next to the table as ``<table>-<name>`` and return the lines linking them."""
+    beside its metrics: the folder of a measured cell's source, else a measure job's folder of a
+    measured cell's dataset) next to the table as ``<table>-<name>`` and return the lines linking them."""
     import shutil
+
+    from harness.config import results_root
 
     lines = []
     for name in load_matrix(paper)["tables"].get(table, {}).get("figures", []):
-        src = next((Path(s).parent / name for c in cells if c.kind == "measured" for s in c.sources
-                    if (Path(s).parent / name).is_file()), None)
+        measured = [c for c in cells if c.kind == "measured"]
+        found = [Path(s).parent / name for c in measured for s in c.sources]
+        for d in sorted({c.dataset for c in measured if c.dataset}):
+            found += sorted((results_root(cfg) / "metrics" / d).glob(f"*/{name}"))
+        src = next((f for f in found if f.is_file()), None)
         if src is None:
             lines.append(f"Figure {name}: not run (no measured cell of this table comes with it).")
             continue
