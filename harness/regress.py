@@ -62,9 +62,10 @@ def required_inputs(cfg: dict[str, Any]) -> list[str]:
 
 def record(cfg: dict[str, Any], keys: list[str], tol: float) -> Path:
     """Write the measured values of ``keys``; an entry already in the file keeps its tolerance and
-    note (they are judgements, not measurements), a new one gets ``tol``."""
+    note (they are judgements, not measurements), a new one gets ``tol``; entries of other keys stay
+    as they are (recording a new method's values never drops another's)."""
     old = {e["key"]: e for e in load_expected(cfg["profile"])["values"]} if expected_path(cfg["profile"]).exists() else {}
-    values = []
+    values = [e for k, e in old.items() if k not in keys]
     for key in keys:
         got = lookup(cfg, key)
         if got is None:
