@@ -34,10 +34,11 @@ EXPECTED = {
     "msmarco-dev": {"test": 6980}, "trec-dl-2019": {"test": 43}, "trec-dl-2020": {"test": 54},
     "vaswani": {"test": 93}, "cranfield": {"test": 225}, "cisi": {"test": 76},
     "cmrc2018": {"test": 3219, "train": 1002}, "drcd": {"test": 3493, "dev": 3524},
-    "squad-open": {"train": 7513, "dev": 706, "test": 2351}, "scifact": {"test": 300},
+    "squad-open": {"train": 7513, "dev": 706, "test": 2351}, "squad-open-ir": {"train": 7513, "dev": 706, "test": 2351},
+    "scifact": {"test": 300},
 }
-DOCS = {"vaswani": 11429, "cranfield": 1400, "cisi": 1460, "cmrc2018": 1104, "drcd": 2000, "squad-open": 2067, "scifact": 5183}
-JUDGMENTS = {"beir-fiqa": 1706, "beir-trec-covid": 66334, "msmarco-dev": 7437, "trec-dl-2019": 9260, "trec-dl-2020": 11386,
+DOCS = {"vaswani": 11429, "cranfield": 1400, "cisi": 1460, "cmrc2018": 1104, "drcd": 2000, "squad-open": 2067, "squad-open-ir": 2067, "scifact": 5183}
+JUDGMENTS = {"squad-open-ir": 2351, "beir-fiqa": 1706, "beir-trec-covid": 66334, "msmarco-dev": 7437, "trec-dl-2019": 9260, "trec-dl-2020": 11386,
              "vaswani": 2083, "cranfield": 1612, "cisi": 3114}
 
 
@@ -64,7 +65,7 @@ def _in_repo(repo, monkeypatch):
 
 def test_every_small_dataset_matches_the_manifest(small):
     cfg, root, metas, seconds = small
-    assert set(EXPECTED) | {"smoke"} == set(cfg["datasets"]), "a small dataset is not covered by this test"
+    assert set(EXPECTED) | {"smoke", "smoke-ir"} == set(cfg["datasets"]), "a small dataset is not covered by this test"
     for key, splits in EXPECTED.items():
         folder = root / "results" / "small" / "data" / key
         for split, n in splits.items():
