@@ -735,7 +735,8 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                 jobs.append(fusion_job(f"{jid}{sep}rrf", name, d, [codes_sys, s["words_system"]], "rrf",
                                        keys=(f"{m}.rrf_weight", f"{m}.rrf_k", f"{m}.rrf_codes"),
                                        rrf_k=int(s["rrf_k"]), weights=[w, 1.0 - w]))
-    if s["kmeans"]["enabled"]:
+    dpr_on = "dpr" in cfg["methods"] and cfg["methods"]["dpr"].get("enabled", True)
+    if s["kmeans"]["enabled"] and (s["kmeans"]["encoder"] != "dpr" or dpr_on):  # else its cells say "not run"
         # the backbone key: encoder "backbone" reads it (with encoder dpr, DPR's model hash carries DPR's backbone)
         kkeys = (f"{m}.kmeans", f"{m}.p_max_len", f"{m}.q_max_len", "seed", f"backbones.{s['backbone']}")
         enc = {"encoder": Ref("model", "dpr")} if s["kmeans"]["encoder"] == "dpr" else {}
@@ -775,8 +776,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                             inputs={"data": Ref("data", dataset=ad),
                                     **{f"run_{g}": Ref("system", f"qcr.{g}", ad) for g in grid}}))
         eff = ("qcr.eff-codes", "qcr.eff-rescore", "qcr.eff-words-index", "qcr.eff-bm25", "qcr.eff-dpr")
-        dpr_in = {"dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", ad)} \
-            if "dpr" in cfg["methods"] and cfg["methods"]["dpr"].get("enabled", True) else {}
+        dpr_in = {"dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", ad)} if dpr_on else {}
         jobs.append(Job("measure", "qcr.efficiency", name, "measure_efficiency", ad, systems=eff,
                         keys=("timing", "evaluate.depth", f"{m}.timing_queries", f"{m}.rescore_depth", f"{m}.k1",
                               f"{m}.b", "methods.bm25.k1", "methods.bm25.b"),
