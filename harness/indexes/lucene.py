@@ -35,16 +35,25 @@ def build(spec: str, docs: Iterable[Doc], out: Path, *, contents: str = "title_t
     """Index ``docs`` into folder ``out`` (which must not exist yet); returns the document count."""
     if spec not in SPECS:
         raise ConfigError(f"unknown lucene spec {spec!r}; known: {', '.join(SPECS)}")
+    rows = ({"id": d.id, "contents": doc_contents(d, contents)} for d in docs)
+    return index_jsonl(rows, out, "JsonCollection", ["-storeRaw"], threads=threads)
+
+
+def index_jsonl(rows: Iterable[Mapping[str, Any]], out: Path, collection: str, flags: Sequence[str], *,
+                threads: int = 1) -> int:
+    """Write ``rows`` (Anserini JSON documents) to a temporary JSONL file and index it into folder
+    ``out`` (which must not exist yet) with Anserini's IndexCollection: ``collection`` (JsonCollection,
+    JsonVectorCollection), DefaultLuceneDocumentGenerator and the extra ``flags``. Returns the rows
+    written (``rows`` may raise while being written: nothing is indexed then)."""
     n = 0
     with tempfile.TemporaryDirectory(prefix="jsoncoll-") as coll:
         with open(Path(coll) / "docs.jsonl", "w", encoding="utf-8") as fh:
-            for d in docs:
-                fh.write(json.dumps({"id": d.id, "contents": doc_contents(d, contents)}, ensure_ascii=False) + "\n")
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 n += 1
         pyserini_env.index_collection([
-            "-collection", "JsonCollection", "-input", coll, "-index", str(out),
-            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
-            "-storeRaw", "-quiet",
+            "-collection", collection, "-input", coll, "-index", str(out),
+            "-generator", "DefaultLuceneDocumentGenerator", *flags, "-threads", str(threads), "-quiet",
         ])
     return n
 
@@ -136,23 +145,15 @@ def build_impact(docs: Iterable[tuple[str, Mapping[str, Any]]], out: Path, *, th
     way SPLADE/uniCOIL indexes are built: Anserini's JsonVectorCollection with ``-impact -pretokenized``
     (each weight is stored as the token's term frequency; ImpactSimilarity scores sum q_w * d_w).
     Returns the number of documents written (Anserini skips documents with no token)."""
-    n = 0
-    with tempfile.TemporaryDirectory(prefix="jsonvec-") as coll:
-        with open(Path(coll) / "docs.jsonl", "w", encoding="utf-8") as fh:
-            for i, item in enumerate(docs):
-                try:
-                    docid, vector = item
-                except (TypeError, ValueError):
-                    raise ConfigError(f"lucene:impact: document {i} is not a (docid, {{token: weight}}) pair") from None
-                vec = _int_weights(vector, f"document {docid!r}")
-                fh.write(json.dumps({"id": str(docid), "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
-                n += 1
-        pyserini_env.index_collection([
-            "-collection", "JsonVectorCollection", "-input", coll, "-index", str(out),
-            "-generator", "DefaultLuceneDocumentGenerator", "-impact", "-pretokenized",
-            "-threads", str(threads), "-quiet",
-        ])
-    return n
+    def rows():
+        for i, item in enumerate(docs):
+            try:
+                docid, vector = item
+            except (TypeError, ValueError):
+                raise ConfigError(f"lucene:impact: document {i} is not a (docid, {{token: weight}}) pair") from None
+            yield {"id": str(docid), "contents": "", "vector": _int_weights(vector, f"document {docid!r}")}
+
+    return index_jsonl(rows(), out, "JsonVectorCollection", ["-impact", "-pretokenized"], threads=threads)
 
 
 def _token_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
@@ -189,21 +190,15 @@ def build_pretokenized(docs: Iterable[tuple[str, Any]], out: Path, *, threads: i
     tokens are indexed verbatim (case kept, no stemming, no stopwords); term frequencies and document
     lengths are token counts, as BM25 needs. Writes :data:`ANALYZER_FILE` beside the Lucene files so a
     loader opens the searcher with the same analyser. Returns the number of documents."""
-    n = 0
-    with tempfile.TemporaryDirectory(prefix="jsoncoll-") as coll:
-        with open(Path(coll) / "docs.jsonl", "w", encoding="utf-8") as fh:
-            for i, item in enumerate(docs):
-                try:
-                    docid, tokens = item
-                except (TypeError, ValueError):
-                    raise ConfigError(f"lucene:pretokenized: document {i} is not a (docid, \"tok tok ...\") pair") from None
-                text = _token_text(tokens, f"document {docid!r}")
-                fh.write(json.dumps({"id": str(docid), "contents": text}, ensure_ascii=False) + "\n")
-                n += 1
-        pyserini_env.index_collection([
-            "-collection", "JsonCollection", "-input", coll, "-index", str(out),
-            "-generator", "DefaultLuceneDocumentGenerator", "-pretokenized", "-threads", str(threads), "-quiet",
-        ])
+    def rows():
+        for i, item in enumerate(docs):
+            try:
+                docid, tokens = item
+            except (TypeError, ValueError):
+                raise ConfigError(f"lucene:pretokenized: document {i} is not a (docid, \"tok tok ...\") pair") from None
+            yield {"id": str(docid), "contents": _token_text(tokens, f"document {docid!r}")}
+
+    n = index_jsonl(rows(), out, "JsonCollection", ["-pretokenized"], threads=threads)
     (Path(out) / ANALYZER_FILE).write_text(WHITESPACE + "\n", encoding="utf-8")
     return n
 
