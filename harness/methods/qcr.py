@@ -830,9 +830,24 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
             "unique_code_fraction": float(np.mean([len(set(r)) / len(r) for r in codes.tolist()])) if len(codes) else 0.0}
 
 
+def load_codes(folder: Path, *, allow_pickle: bool = False) -> tuple[np.ndarray, list[str]]:
+    """The corpus codes of a built code index (``codes.npy``) and its doc ids, row counts checked."""
+    codes = np.load(Path(folder) / CODES_FILE, allow_pickle=allow_pickle)
+    return codes, read_docids(folder, expect=len(codes))
+
+
+def encode_queries(model: QCRModel, s: Mapping[str, Any], texts: Sequence[str]) -> np.ndarray:
+    """Code ids of query texts at the section's query length and encoding batch size."""
+    return model.encode(list(texts), int(s["q_max_len"]), int(s["encode_batch_size"]))
+
+
+def first_stage_depth(s: Mapping[str, Any], k: int, n_docs: int) -> int:
+    """How deep the code run is searched: ``k``, or the rescoring depth when deeper, at most the corpus."""
+    return min(max(k, int(s["rescore_depth"])), n_docs)
+
+
 def _source_strings(inputs: Mapping[str, Path], positional: bool, kmeans: bool) -> tuple[list[str], list[str]]:
-    codes = np.load(inputs["source"] / CODES_FILE, allow_pickle=kmeans)
-    ids = read_docids(inputs["source"], expect=len(codes))
+    codes, ids = load_codes(inputs["source"], allow_pickle=kmeans)
     if kmeans:
         return ids, [" ".join(f"k{c}" for c in row) for row in codes]
     return ids, code_strings(codes, ids, k=codes.shape[1], size=int(codes.max()) + 1 if codes.size else 1,
@@ -876,14 +891,13 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     t0 = time.perf_counter()
     model = QCRModel.load(inputs["model"])
     ms = model.s
-    qcodes = model.encode([q.text for q in queries], int(s["q_max_len"]), int(s["encode_batch_size"]))
+    qcodes = encode_queries(model, s, [q.text for q in queries])
     t_enc = time.perf_counter() - t0
     qids = [q.id for q in queries]
     size = codebook_size(ms["levels"])
     qstr = code_strings(qcodes, qids, k=codes_k(ms), size=size, positional=s["positional"])
-    doc_codes = np.load(inputs["index"] / CODES_FILE)
-    docids = read_docids(inputs["index"], expect=len(doc_codes))
-    depth = min(max(k, int(s["rescore_depth"])), len(docids))
+    doc_codes, docids = load_codes(inputs["index"])
+    depth = first_stage_depth(s, k, len(docids))
     idx = _load_lucene(inputs["index"], s)
     t1 = time.perf_counter()
     deep = idx.search(dict(zip(qids, qstr)), depth)
@@ -1017,14 +1031,16 @@ def measure_analysis(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Pa
     model = QCRModel.load(inputs["model"])
     ms = model.s
     size = codebook_size(ms["levels"])
-    doc_codes = np.load(inputs["index"] / CODES_FILE)
-    docids = read_docids(inputs["index"], expect=len(doc_codes))
+    doc_codes, docids = load_codes(inputs["index"])
     row_of = {x: i for i, x in enumerate(docids)}
-    queries = [q for q in store.read_queries(inputs["data"], "test") if q.gold and q.gold[0] in row_of]
+    all_q = store.read_queries(inputs["data"], "test")
+    all_codes = encode_queries(model, s, [q.text for q in all_q])   # Figure 2's sample and Figure A.2's usage
+    code_of = {q.id: c for q, c in zip(all_q, all_codes)}
+    queries = [q for q in all_q if q.gold and q.gold[0] in row_of]
     rng = random.Random(ctx.cfg["seed"])
     sample = sorted(rng.sample(range(len(queries)), min(a["pairs"], len(queries))))
     qs = [queries[i] for i in sample]
-    qcodes = model.encode([q.text for q in qs], int(s["q_max_len"]), int(s["encode_batch_size"]))
+    qcodes = np.array([code_of[q.id] for q in qs]).reshape(len(qs), -1)
     run = read_run(inputs["bm25"] / f"{s['words_system']}.trec")
     pos, hard, rand = [], [], []
     for q in qs:
@@ -1052,17 +1068,14 @@ def measure_analysis(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Pa
             positional=s["positional"]))
     cb.plot_match_counts(summ, out / "fig2.png", title)
     # Figure A.2
-    all_q = store.read_queries(inputs["data"], "test")
     usages = {"documents, entropy loss": cb.usage(doc_codes.ravel(), size),
-              "queries, entropy loss": cb.usage(model.encode([q.text for q in all_q], int(s["q_max_len"]),
-                                                            int(s["encode_batch_size"])).ravel(), size)}
+              "queries, entropy loss": cb.usage(all_codes.ravel(), size)}
     systems = {"qcr.usage-docs": "documents, entropy loss", "qcr.usage-queries": "queries, entropy loss"}
     noent = job.params.get("noent")
     if noent:
         m2 = QCRModel.load(inputs["noent_model"])
-        usages["documents, no entropy loss"] = cb.usage(np.load(inputs["noent_index"] / CODES_FILE).ravel(), size)
-        usages["queries, no entropy loss"] = cb.usage(m2.encode([q.text for q in all_q], int(s["q_max_len"]),
-                                                                int(s["encode_batch_size"])).ravel(), size)
+        usages["documents, no entropy loss"] = cb.usage(load_codes(inputs["noent_index"])[0].ravel(), size)
+        usages["queries, no entropy loss"] = cb.usage(encode_queries(m2, s, [q.text for q in all_q]).ravel(), size)
         systems[f"qcr.{noent}-usage-docs"] = "documents, no entropy loss"
         systems[f"qcr.{noent}-usage-queries"] = "queries, no entropy loss"
     for system, label in systems.items():
@@ -1136,15 +1149,14 @@ def measure_efficiency(ctx: Context, job: Job, inputs: Mapping[str, Path], out: 
     model = QCRModel.load(inputs["model"])
     ms = model.s
     size = codebook_size(ms["levels"])
-    doc_codes = np.load(inputs["index"] / CODES_FILE)
-    docids = read_docids(inputs["index"], expect=len(doc_codes))
+    doc_codes, docids = load_codes(inputs["index"])
     row_of = {x: i for i, x in enumerate(docids)}
     dist = distance_matrix(ms["levels"])
     codes_idx = _load_lucene(inputs["index"], s)
-    depth = min(max(k, int(s["rescore_depth"])), len(docids))
+    depth = first_stage_depth(s, k, len(docids))
 
     def enc_codes(texts, _o):
-        c = model.encode(texts, int(s["q_max_len"]), int(s["encode_batch_size"]))
+        c = encode_queries(model, s, texts)
         return c, code_strings(c, [str(i) for i in range(len(texts))], k=codes_k(ms), size=size,
                                positional=s["positional"])
 
