@@ -37,11 +37,9 @@ Figure 3 (``qcr.fig3``) and the efficiency figures the paper lacks (``qcr.effici
 from __future__ import annotations
 
 import copy
-import json
-import math
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +47,7 @@ import numpy as np
 
 from harness.artifacts import read_docids, write_docids
 from harness.config import fragment_defaults
-from harness.datasets import Doc, Query, store
+from harness.datasets import Doc, store
 from harness.errors import ConfigError, DataError
 from harness.methods.base import Context, training_keys, wants_gpu
 from harness.plan import Job, Ref
@@ -353,7 +351,7 @@ def crop_query(text: str, rng: random.Random, crop: Mapping[str, Any]) -> str:
     if len(words) <= crop["min_words"]:
         return text
     ratio = rng.uniform(crop["min_ratio"], crop["max_ratio"])
-    n = max(crop["min_words"], int(round(len(words) * ratio)))
+    n = max(crop["min_words"], round(len(words) * ratio))
     start = rng.randrange(0, len(words) - n + 1)
     return " ".join(words[start:start + n])
 
@@ -953,7 +951,7 @@ def train_kmeans(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) 
     kmeans = faiss.Kmeans(x.shape[1], k, niter=int(km["niter"]), seed=int(ctx.cfg["seed"]), verbose=False)
     kmeans.train(x)
     np.save(out / CENTROIDS, kmeans.centroids)
-    return {"clusters": k, "tokens": int(len(x)), "dim": int(x.shape[1]), "encoder": km["encoder"],
+    return {"clusters": k, "tokens": len(x), "dim": int(x.shape[1]), "encoder": km["encoder"],
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
@@ -1168,7 +1166,7 @@ def measure_efficiency(ctx: Context, job: Job, inputs: Mapping[str, Path], out: 
         return rescore_run(deep, {str(i): c for i, c in enumerate(e[0])}, doc_codes, row_of, dist,
                            int(s["rescore_depth"]), kk)
 
-    from harness.indexes.lucene import LuceneIndex, LUCENE_DIR
+    from harness.indexes.lucene import LUCENE_DIR, LuceneIndex
 
     bm = ctx.cfg["methods"]["bm25"]
     bm25 = LuceneIndex(inputs["bm25_index"] / LUCENE_DIR, "bm25", k1=bm.get("k1", 0.9), b=bm.get("b", 0.4))
