@@ -33,7 +33,7 @@ EXPECTED = {
     "beir-nq": {"test": 3452}, "beir-scidocs": {"test": 1000}, "beir-trec-covid": {"test": 50},
     "msmarco-dev": {"test": 6980}, "trec-dl-2019": {"test": 43}, "trec-dl-2020": {"test": 54},
     "vaswani": {"test": 93}, "cranfield": {"test": 225}, "cisi": {"test": 76},
-    "cmrc2018": {"test": 3219, "train": 1002}, "drcd": {"test": 3493, "dev": 3524},
+    "cmrc2018": {"test": 3219, "train": 1002}, "drcd": {"test": 3493, "train": 3524},
     "squad-open": {"train": 7513, "dev": 706, "test": 2351}, "squad-open-ir": {"train": 7513, "dev": 706, "test": 2351},
     "scifact": {"test": 300},
 }

@@ -13,6 +13,7 @@ BENCHMARKS: Registry[str] = Registry("benchmark")
 BENCHMARKS.add("decontam", "harness.bench.decontam")
 BENCHMARKS.add("beta-search", "harness.bench.beta_search")
 BENCHMARKS.add("bpr-index", "harness.bench.bpr_index")
+BENCHMARKS.add("lr-query-speed", "harness.bench.lr_query_speed")
 
 
 def run(name: str, argv: list[str]) -> int:

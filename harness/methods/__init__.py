@@ -28,6 +28,7 @@ METHODS.add("svdr", "harness.methods.vdr")
 METHODS.add("vdr", "harness.methods.vdr")
 METHODS.add("bpr", "harness.methods.bpr")
 METHODS.add("qcr", "harness.methods.qcr")
+METHODS.add("lightretriever", "harness.methods.lightretriever")
 
 #: steps that are not retrieval methods but declare jobs too: top-level config section -> module
 #: (the extractive reader reads any system's run and measures EM).

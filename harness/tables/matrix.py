@@ -136,12 +136,15 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
         if rec["row"] in published_only:
             c.kind, c.reason = "published only", "system outside the five papers"
             continue
-        system = systems.get(rec["row"])
+        spec = column_spec(rec["column"], tmatrix)
+        system = spec.get("systems", {}).get(rec["row"], systems.get(rec["row"]))
         if system is None:
             c.reason = pending.get(rec["row"], default_reason)
             continue
+        if spec.get("not_run"):
+            c.reason = spec["not_run"]
+            continue
         c.system = system
-        spec = column_spec(rec["column"], tmatrix)
         c.measure = spec.get("measure") or c.measure
         if not c.measure:
             c.reason = f"no measurement defined for column {rec['column']!r} (configs/matrix/{paper}.yaml)"

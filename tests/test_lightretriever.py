@@ -1,0 +1,237 @@
+"""LightRetriever's own logic (harness/methods/lightretriever.py): config checks, the cached-token
+query encoder against separate forward passes, the sparse sides, losses, impacts, top-k, and a
+decoder backbone (a randomly initialised tiny Llama with LoRA through peft) trained, indexed and
+searched end to end on the smoke fixture."""
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+import torch
+
+from harness.config import load_config
+from harness.errors import ConfigError
+from harness.methods import lightretriever as lr
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config()
+
+
+def _cfg_with(cfg, **changes):
+    c = copy.deepcopy(cfg)
+    c["methods"]["lightretriever"].update(changes)
+    return c
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+def test_missing_instruction_for_an_evaluation_set_fails_naming_it(cfg):
+    c = _cfg_with(cfg, instructions={"smoke": "x"})
+    with pytest.raises(ConfigError, match=r"instructions has no instruction for dataset 'smoke-ir'"):
+        lr.declare(c, "lightretriever")
+
+
+def test_evaluation_set_must_be_on_the_test_side_of_decontam(cfg):
+    c = copy.deepcopy(cfg)
+    c["decontam"] = {**c["decontam"], "test": []}
+    with pytest.raises(ConfigError, match=r"evaluation set smoke-ir is not on the test side of config key decontam"):
+        lr.declare(c, "lightretriever")
+    c["decontam"] = {**cfg["decontam"], "train": []}
+    with pytest.raises(ConfigError, match=r"smoke \(train split\) is not on the training side"):
+        lr.declare(c, "lightretriever")
+
+
+def test_variants_have_their_own_models_and_systems(cfg):
+    jobs = {(j.stage, j.id): j for j in lr.declare(cfg, "lightretriever")}
+    assert ("train", "lightretriever.nokl") in jobs and ("train", "lightretriever.ref") in jobs
+    assert jobs[("search", "lightretriever.binary")].systems == ("lightretriever.binary-sparse",)
+    assert jobs[("search", "lightretriever.nokl-hybrid")].params["how"] == "interpolate"
+    assert jobs[("search", "lightretriever.hybrid")].params["alpha"] == pytest.approx(0.7)
+    # a variant's model hash covers its settings; the main model's does not
+    assert "methods.lightretriever.variants.nokl" in jobs[("train", "lightretriever.nokl")].keys
+    assert not any("variants" in k for k in jobs[("train", "lightretriever")].keys)
+    # the training instruction is part of the model, the evaluation instruction only of the search
+    assert "methods.lightretriever.instructions.smoke" in jobs[("train", "lightretriever")].keys
+    assert "methods.lightretriever.instructions.smoke-ir" in jobs[("search", "lightretriever")].keys
+
+
+# ------------------------------------------------------------------------------------------ pieces
+
+
+def test_contrastive_target_is_each_querys_own_positive():
+    scores = torch.full((2, 4), -10.0)
+    scores[0, 0] = scores[1, 2] = 10.0     # n_per = 2: query 1's positive is column 2
+    assert lr.contrastive(scores, 2).item() == pytest.approx(0.0, abs=1e-6)
+    scores[1, 2], scores[1, 3] = -10.0, 10.0
+    assert lr.contrastive(scores, 2).item() > 5
+
+
+def test_flops_ramp_and_kl():
+    w = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])
+    assert lr.flops(w).item() == pytest.approx(2.0 ** 2 + 0 + 1.0 ** 2)
+    assert lr.ramp(0, 40) == 0.0 and lr.ramp(20, 40) == pytest.approx(0.25) and lr.ramp(80, 40) == 1.0
+    s = torch.randn(3, 5)
+    assert lr.kl_align(s, s).item() == pytest.approx(0.0, abs=1e-6)
+    assert lr.kl_align(s, -s).item() > 0
+
+
+def test_impacts_round_scale_and_drop_zeros():
+    row = sps.csr_matrix(np.array([[0.0, 0.004, 0.126, 1.5]], dtype=np.float32))
+    assert lr.impacts(row[0], 100) == {"2": 13, "3": 150}   # 0.4 rounds to 0: dropped
+
+
+def test_topk_rows_keeps_the_largest_weights():
+    m = sps.csr_matrix(np.array([[0.1, 0.5, 0.3, 0.0], [0.2, 0.0, 0.0, 0.0]], dtype=np.float32))
+    got = lr._topk_rows(m, 2).toarray()
+    assert np.allclose(got, [[0.0, 0.5, 0.3, 0.0], [0.2, 0.0, 0.0, 0.0]])
+
+
+# ------------------------------------------------------------------------------------------ model (BERT stand-in)
+
+
+@pytest.fixture(scope="module")
+def bert_model(cfg):
+    s = lr.settings(cfg)
+    m = lr.LightModel.from_backbone(cfg, s)
+    m.lm.eval()
+    return m
+
+
+def test_cached_token_table_equals_separate_forward_passes(bert_model):
+    m = bert_model
+    prompt = m.prompt_ids("Given a question, retrieve Wikipedia passages that answer the question")
+    assert prompt[0] == m.tok.cls_token_id and m.eos == m.tok.sep_token_id
+    toks = [2054, 2003, 1996, 3007, 2054]
+    with torch.no_grad():
+        got = lr.token_vectors(m.base, prompt, toks, m.eos)
+        for i, t in enumerate(toks):
+            ids = torch.tensor([prompt + [t, m.eos]])
+            want = m.base(input_ids=ids).last_hidden_state[0, -1]
+            assert torch.allclose(got[i], want, atol=1e-5)
+        # a query is the mean of its tokens' vectors (normalised), the served lookup gives the same
+        q = m.light_mean(prompt, [toks[:3], []])
+    assert torch.allclose(q[0], torch.nn.functional.normalize(got[:3].mean(0), dim=-1), atol=1e-5)
+    assert torch.equal(q[1], torch.zeros_like(q[1]))          # an empty query: zeros, never NaN
+
+
+def test_sparse_vectors_skip_special_and_padding_positions(bert_model):
+    m = bert_model
+    rows = [[2054, 2003, 1996], [3007]]
+    prefix = m.doc_prefix()
+    with torch.no_grad():
+        h, mask = m.forward(prefix, rows)
+        got = m.sparse_vectors(h, mask, len(prefix))
+        transform, w, b = m.head()
+        logits = transform(h) @ w.T + b
+        for i, r in enumerate(rows):
+            body = logits[i, len(prefix):len(prefix) + len(r)]     # [CLS], [SEP] and padding excluded
+            want = torch.log1p(torch.relu(body.max(0).values))
+            assert torch.allclose(got[i], want, atol=1e-5)
+
+
+def test_sparse_queries_are_counts_binary_or_refused_when_out_of_vocabulary(bert_model):
+    m = bert_model
+    rows = [[5, 7, 5], []]
+    c = lr._sparse_queries(m, {**m.s, "encode_batch_size": 8}, rows).toarray()
+    assert c[0, 5] == 2 and c[0, 7] == 1 and c[1].sum() == 0
+    m.s["sparse_query"] = "binary"
+    try:
+        b = lr._sparse_queries(m, {**m.s, "encode_batch_size": 8}, rows).toarray()
+    finally:
+        m.s["sparse_query"] = "counts"
+    assert b[0, 5] == 1
+    from harness.models.lr_ops import build_table, query_vector
+
+    with pytest.raises(ValueError, match="outside the token-vector table of size 4"):
+        query_vector(build_table(torch.zeros(4, 2)), [[1, 9]])
+
+
+# ------------------------------------------------------------------------------------------ a decoder backbone, end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory, cfg):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from harness.models import backbones
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tok = AutoTokenizer.from_pretrained(backbones.resolve(cfg, "splade-tiny")[0])
+    tok.bos_token, tok.eos_token = "[CLS]", "[SEP]"
+    torch.manual_seed(0)
+    conf = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(conf).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, tiny_llama):
+    from harness.datasets import prepare as prepare_dataset
+    from harness.io import write_jsonl
+    from harness.methods.base import Context
+    from harness.plan import Job
+
+    c = copy.deepcopy(cfg)
+    c["backbones"]["tiny-llama"] = {"source": f"path:{tiny_llama}", "has_mlm_head": False}
+    c["methods"]["lightretriever"].update(backbone="tiny-llama", lora={"r": 4, "alpha": 8, "dropout": 0.1},
+                                          max_train_questions=24, epochs=1, batch_size=8, p_max_len=48,
+                                          encode_batch_size=32)
+    data = tmp_path / "data"
+    prepare_dataset("smoke", c["datasets"]["smoke"], c, data)
+    decontam = tmp_path / "decontam"
+    (decontam / "train").mkdir(parents=True)
+    lines = [json.loads(x) for x in (data / "queries-train.jsonl").read_text().splitlines()]
+    write_jsonl(decontam / "train" / "smoke.train.jsonl", lines[:-5])     # 5 dropped as "duplicates"
+    write_jsonl(tmp_path / "negs.jsonl", [{"id": r["id"], "negatives": []} for r in lines])
+    s = lr.settings(c)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    info = lr.train(c, s, {"decontam": decontam, "data_smoke": data, "negatives_smoke": tmp_path / "negs.jsonl"},
+                    model_dir)
+    assert info["training_sets"]["smoke"]["after_decontam_and_sample"] == 24
+    n_lora = info["trainable_parameters"]
+    assert 0 < n_lora < sum(p.numel() for p in lr.LightModel.load(model_dir).lm.parameters()) / 5   # LoRA only
+    model = lr.LightModel.load(model_dir)
+    assert model.causal and model.eos == model.tok.sep_token_id
+    # the served table equals the token vectors of separate passes of the saved (merged) model
+    prompt = model.prompt_ids("Given a question, retrieve Wikipedia passages that answer the question")
+    table = model.cache_table("Given a question, retrieve Wikipedia passages that answer the question")
+    with torch.no_grad():
+        for t in (2054, 3007):
+            want = model.base(input_ids=torch.tensor([prompt + [t, model.eos]])).last_hidden_state[0, -1]
+            assert torch.allclose(table.weight[t], want, atol=1e-4)
+    index = tmp_path / "index"
+    index.mkdir()
+    job = Job("index", "lightretriever", "lightretriever", "build", params={"variant": None, "sparse": True})
+    binfo = lr.build(Context(c, "lightretriever", "smoke-ir"), job, {"data": data, "model": model_dir}, index)
+    assert binfo["documents"] == binfo["sparse_documents_indexed"] > 0
+    out = tmp_path / "runs"
+    out.mkdir()
+    sjob = lr.search_job(c, "lightretriever", "smoke-ir")
+    lr.run_search(Context(c, "lightretriever", "smoke-ir"), sjob, {"data": data, "model": model_dir, "index": index},
+                  out)
+    from harness.datasets import store
+    from harness.runs import read_run
+
+    n = len(store.read_queries(data, "test"))
+    for system in sjob.systems:
+        run = read_run(out / f"{system}.trec")
+        live = sum(1 for h in run.values() if h)
+        if "topk" not in system:   # a random model's top-16 document terms need not meet any query token
+            assert live >= (n if "sparse" not in system else n // 2), (system, live, n)
