@@ -626,7 +626,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
         if sp["dataset"] not in cfg["datasets"]:
             raise ConfigError(f"{m}.speed.dataset: unknown dataset {sp['dataset']!r}")
         bs = [f"{NAME}.speed-bs{b}" for b in sp["batch_sizes"]]
-        shapes = [f"{NAME}.speed-{sh}-bs{b}" for sh in sp["shapes"] for b in sp["batch_sizes"]]
+        shapes = [f"{NAME}.speed-{sh}-bs{b}" for sh in sp["shapes"] for b in sp["shape_batch_sizes"]]
         jobs.append(Job("measure", f"{NAME}.speed", name, "measure_speed", sp["dataset"], systems=(*bs, *shapes),
                         keys=(f"{m}.speed", f"{m}.instructions", f"{m}.q_max_len"), mem_mb=12000,
                         inputs={"data": Ref("data", dataset=sp["dataset"]), "model": Ref("model", NAME)}))
@@ -1046,7 +1046,7 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
         ok, why = lq.fits_in_memory(lq.PAPER_SHAPES[shape], torch.float32)
         if not ok:
             skipped[shape] = why
-            for b in sp["batch_sizes"]:
+            for b in sp["shape_batch_sizes"]:
                 write(f"{NAME}.speed-{shape}-bs{b}", {"batch_size": b}, f"{shape}: not run, {why}")
             continue
         conf = lq.PAPER_SHAPES[shape]
@@ -1055,7 +1055,8 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
         from harness.models.lr_ops import build_table
 
         rtable = build_table(torch.randn(conf.vocab_size, conf.hidden_size, generator=g))
-        for row in lq.speed_table(texts, tokenizer=model.tok, full_model=big, table=rtable, **kw):
+        for row in lq.speed_table(texts, tokenizer=model.tok, full_model=big, table=rtable,
+                                  **{**kw, "batch_sizes": tuple(sp["shape_batch_sizes"])}):
             write(f"{NAME}.speed-{shape}-bs{row['batch_size']}", row, f"{shape} shape, random weights")
         del big, rtable
     return {"queries": n, "queries_note": note, "shapes_not_run": skipped, "bandwidth_bytes_per_s": bandwidth}
