@@ -995,8 +995,11 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
     table = model.cache_table(instr)
     d = str(job.dataset)
     note = (f"{len(texts):,} test queries of {d} cycled to {n:,}" if len(texts) < n else f"first {n:,} test queries of {d}")
-    gpu = torch.cuda.is_available()
-    no_gpu = "no GPU on this machine (torch.cuda.is_available() is false)"
+    from harness.meta import resolve_device
+
+    dev, why = resolve_device("cuda")
+    gpu = dev != "cpu"
+    no_gpu = why or "no GPU"
     bandwidth = lq.copy_bandwidth()
 
     def write(system: str, row: Mapping[str, Any], shape: str) -> None:
