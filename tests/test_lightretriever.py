@@ -131,7 +131,7 @@ def test_cached_token_table_equals_separate_forward_passes(bert_model):
 def test_sparse_vectors_skip_special_and_padding_positions(bert_model):
     m = bert_model
     rows = [[2054, 2003, 1996], [3007]]
-    prefix = m.doc_prefix()
+    prefix = m.prompt_ids(None)
     with torch.no_grad():
         h, mask = m.forward(prefix, rows)
         got = m.sparse_vectors(h, mask, len(prefix))

@@ -132,21 +132,17 @@ def test_block_inputs_hand_checked():
     ]
 
 
+#: the shape of every tiny random model here (decoders add their key/value heads)
+TINY = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "max_position_embeddings": 128}
+
+
 def _decoder(kind: str, attn: str):
     from transformers import LlamaConfig, LlamaModel, Qwen2Config, Qwen2Model
 
     torch.manual_seed(0)
     cfg, cls = (LlamaConfig, LlamaModel) if kind == "llama" else (Qwen2Config, Qwen2Model)
-    config = cfg(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        attn_implementation=attn,
-    )
+    config = cfg(**TINY, num_key_value_heads=2, attn_implementation=attn)
     return cls(config).eval()
 
 
@@ -194,14 +190,7 @@ def test_token_vectors_bert_encoder_path():
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=128,
-    )
+    cfg = BertConfig(**TINY)
     model = BertModel(cfg, add_pooling_layer=False).eval()
     assert not is_causal(model)
     ref = _separate(model, PROMPT, TOKENS, EOS)

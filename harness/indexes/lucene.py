@@ -10,7 +10,7 @@ import json
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -145,15 +145,19 @@ def build_impact(docs: Iterable[tuple[str, Mapping[str, Any]]], out: Path, *, th
     way SPLADE/uniCOIL indexes are built: Anserini's JsonVectorCollection with ``-impact -pretokenized``
     (each weight is stored as the token's term frequency; ImpactSimilarity scores sum q_w * d_w).
     Returns the number of documents written (Anserini skips documents with no token)."""
-    def rows():
-        for i, item in enumerate(docs):
-            try:
-                docid, vector = item
-            except (TypeError, ValueError):
-                raise ConfigError(f"lucene:impact: document {i} is not a (docid, {{token: weight}}) pair") from None
-            yield {"id": str(docid), "contents": "", "vector": _int_weights(vector, f"document {docid!r}")}
+    rows = ({"id": str(docid), "contents": "", "vector": _int_weights(vector, f"document {docid!r}")}
+            for docid, vector in _pairs(docs, "lucene:impact", "{token: weight}"))
+    return index_jsonl(rows, out, "JsonVectorCollection", ["-impact", "-pretokenized"], threads=threads)
 
-    return index_jsonl(rows(), out, "JsonVectorCollection", ["-impact", "-pretokenized"], threads=threads)
+
+def _pairs(docs: Iterable[Any], spec: str, shape: str) -> Iterator[tuple[Any, Any]]:
+    """Each ``(docid, value)`` item; any other item is a ConfigError naming its position."""
+    for i, item in enumerate(docs):
+        try:
+            docid, value = item
+        except (TypeError, ValueError):
+            raise ConfigError(f"{spec}: document {i} is not a (docid, {shape}) pair") from None
+        yield docid, value
 
 
 def _token_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
@@ -190,15 +194,9 @@ def build_pretokenized(docs: Iterable[tuple[str, Any]], out: Path, *, threads: i
     tokens are indexed verbatim (case kept, no stemming, no stopwords); term frequencies and document
     lengths are token counts, as BM25 needs. Writes :data:`ANALYZER_FILE` beside the Lucene files so a
     loader opens the searcher with the same analyser. Returns the number of documents."""
-    def rows():
-        for i, item in enumerate(docs):
-            try:
-                docid, tokens = item
-            except (TypeError, ValueError):
-                raise ConfigError(f"lucene:pretokenized: document {i} is not a (docid, \"tok tok ...\") pair") from None
-            yield {"id": str(docid), "contents": _token_text(tokens, f"document {docid!r}")}
-
-    n = index_jsonl(rows(), out, "JsonCollection", ["-pretokenized"], threads=threads)
+    rows = ({"id": str(docid), "contents": _token_text(tokens, f"document {docid!r}")}
+            for docid, tokens in _pairs(docs, "lucene:pretokenized", '"tok tok ..."'))
+    n = index_jsonl(rows, out, "JsonCollection", ["-pretokenized"], threads=threads)
     (Path(out) / ANALYZER_FILE).write_text(WHITESPACE + "\n", encoding="utf-8")
     return n
 

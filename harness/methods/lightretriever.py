@@ -46,7 +46,7 @@ from harness.artifacts import read_docids, write_docids
 from harness.config import fragment_defaults
 from harness.datasets import Query, store
 from harness.errors import ConfigError, DataError
-from harness.methods.base import Context, training_keys, wants_gpu
+from harness.methods.base import NOT_TRAINING, Context, training_keys, wants_gpu
 from harness.plan import Job, Ref
 
 SCHEMA = "lightretriever.schema.yaml"
@@ -59,8 +59,6 @@ PROMPT = "Instruct: {task}\nQuery: "
 #: keys of the section that never change a trained model
 NOT_MODEL = ("variant_datasets", "instructions", "hybrid_weights", "impact_scale", "sparse_topk", "variants",
              "variant_overrides", "variant_systems", "speed")
-VARIANT_KEYS = ("dense_query", "dense_doc", "sparse_query", "sparse_doc", "instruction", "kl", "mrl_dims",
-                "max_train_questions", "epochs", "lr")
 SYSTEM_KINDS = ("base", "dense", "sparse", "hybrid")
 
 
@@ -85,8 +83,10 @@ def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, An
 
 def instruction_for(s: Mapping[str, Any], dataset: str) -> str | None:
     """The task instruction of ``dataset`` (None when the model is trained without instructions)."""
-    if not s["instruction"]:
-        return None
+    return _instruction(s, dataset) if s["instruction"] else None
+
+
+def _instruction(s: Mapping[str, Any], dataset: str) -> str:
     try:
         return s["instructions"][dataset]
     except KeyError:
@@ -104,9 +104,7 @@ def check(cfg: Mapping[str, Any], s: Mapping[str, Any]) -> None:
     for key in list(s["train_datasets"]) + evals:
         if key not in cfg["datasets"]:
             raise ConfigError(f"{where}: unknown dataset {key!r}; config key datasets defines: {', '.join(cfg['datasets'])}")
-        if key not in s["instructions"]:
-            raise ConfigError(f"{where}.instructions has no instruction for dataset {key!r}",
-                              fix=f"add {where}.instructions.{key}: '<task>' (App. A.4 lists the paper's)")
+        _instruction(s, key)
     train, test = hdecontam.plan(cfg)
     on_train = {(cfg["datasets"][q.key]["id"], q.split) for q in train}
     on_test = {(cfg["datasets"][q.key]["id"], q.split) for q in test}
@@ -130,8 +128,7 @@ def check(cfg: Mapping[str, Any], s: Mapping[str, Any]) -> None:
 
 
 def train_signature(s: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: s.get(k) for k in sorted(s) if k not in NOT_MODEL + ("enabled", "datasets", "encode_batch_size",
-                                                                     "torch_threads", "index", "device")}
+    return {k: s.get(k) for k in sorted(s) if k not in NOT_MODEL + NOT_TRAINING}
 
 
 def _torch(s: Mapping[str, Any]):
@@ -260,25 +257,22 @@ class LightModel:
     # -- encoders
     @staticmethod
     def eos_pool(h, mask):
-        import torch
+        from harness.models.lr_ops import eos_pool
 
-        last = mask.sum(1) - 1
-        v = h[torch.arange(h.shape[0], device=h.device), last]
-        return torch.nn.functional.normalize(v.float(), dim=-1)
+        return eos_pool(h.float(), mask)
 
     def sparse_vectors(self, h, mask, n_prefix: int):
         """Max-pooled log-saturated LM-head logits over the body positions (the prefix, the final
         [eos] and padding excluded), [B, V] (fused projection-then-max)."""
+        import torch
+
         from harness.models import lr_ops
 
         transform, w, b = self.head()
         keep = mask.clone().bool()
         keep[:, :n_prefix] = False
-        keep[torch_arange(h), mask.sum(1) - 1] = False
+        keep[torch.arange(h.shape[0], device=h.device), mask.sum(1) - 1] = False
         return lr_ops.sparse_doc_vector(transform(h), w, b, keep).float()
-
-    def doc_prefix(self) -> list[int]:
-        return [self.bos] if self.bos is not None else []
 
     def token_vectors(self, prompt: Sequence[int], tokens: Sequence[int]):
         return token_vectors(self.base, list(prompt), list(tokens), self.eos)
@@ -321,15 +315,9 @@ class LightModel:
             if self.s["dense_query"] == "embedding":
                 vecs = self.base.get_input_embeddings().weight.detach().float().clone()
             else:
-                vecs = lr_ops.token_vectors(self.base, prompt, list(range(self.vocab)), self.eos,
-                                            batch_size=batch_size).float()
+                vecs = token_vectors(self.base, prompt, list(range(self.vocab)), self.eos,
+                                     batch_size=batch_size).float()
         return lr_ops.build_table(vecs)
-
-
-def torch_arange(h):
-    import torch
-
-    return torch.arange(h.shape[0], device=h.device)
 
 
 def _load_lm(path: str, spec: Mapping[str, Any]):
@@ -401,8 +389,9 @@ def training_groups(s: Mapping[str, Any], sets: Mapping[str, tuple[list[Query], 
     return groups
 
 
-def kept_training_queries(decontam_dir: Path, key: str, data_dir: Path, cfg: Mapping[str, Any]) -> list[Query]:
-    """The train split of ``key`` minus the questions the decontam stage dropped."""
+def kept_training_queries(decontam_dir: Path, key: str, data_dir: Path, queries: Sequence[Query],
+                          cfg: Mapping[str, Any]) -> list[Query]:
+    """``queries`` (the train split of ``key``, read from ``data_dir``) minus those the decontam stage dropped."""
     from harness.decontam import report as hdecontam
 
     train, _ = hdecontam.plan(cfg)
@@ -416,7 +405,7 @@ def kept_training_queries(decontam_dir: Path, key: str, data_dir: Path, cfg: Map
 
     kept = {str(r["id"]) for r in iter_jsonl(path)}
     out = []
-    for q in store.read_queries(data_dir, "train"):
+    for q in queries:
         if q.id in kept:
             if not q.gold:
                 raise DataError(f"{data_dir}/queries-train.jsonl: question {q.id} has no gold passage to train on")
@@ -435,8 +424,9 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     loop.set_seed(seed)
     sets, docs, counts = {}, {}, {}
     for key in s["train_datasets"]:
-        qs = kept_training_queries(inputs["decontam"], key, inputs[f"data_{key}"], cfg)
-        total = len(store.read_queries(inputs[f"data_{key}"], "train"))
+        split = store.read_queries(inputs[f"data_{key}"], "train")
+        qs = kept_training_queries(inputs["decontam"], key, inputs[f"data_{key}"], split, cfg)
+        total = len(split)
         qs = loop.subsample(qs, s["max_train_questions"], seed)
         negs = {r["id"]: r["negatives"] for r in iter_jsonl(inputs[f"negatives_{key}"])}
         sets[key] = (qs, negs)
@@ -450,8 +440,9 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     ts = replace(ts, batch_size=1, min_batch=1)   # one example = one pre-formed single-set batch
     tau, tau_s = float(s["temperature"]), float(s["sparse_temperature"])
     n_hard = int(s["hard_negatives"])
+    n_per = 1 + n_hard
     prompts = {k: model.prompt_ids(instruction_for(s, k)) for k in sets}
-    doc_prefix = model.doc_prefix()
+    doc_prefix = model.prompt_ids(None)
     doc_lists = {k: list(v) for k, v in docs.items()}
 
     def step_fn(batch, step, rng):
@@ -467,8 +458,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
                     pool.append(r)
             cols += [q.gold[0], *pool]
         qs = [q for q, _ in group]
-        n_per = 1 + n_hard
-        drows = model.ids([f"{D[p].title} {D[p].text}".strip() for p in cols], int(s["p_max_len"]))
+        drows = model.ids([_doc_text(D[p]) for p in cols], int(s["p_max_len"]))
         qrows = model.ids([q.text for q in qs], int(s["q_max_len"]))
         dh, dmask = model.forward(doc_prefix, drows)
         d_full = model.eos_pool(dh, dmask)
@@ -551,6 +541,13 @@ def systems_of(s: Mapping[str, Any], v: str | None) -> dict[str, str]:
     return {k: ids[k] for k in SYSTEM_KINDS if k in kinds}
 
 
+def eval_datasets(s: Mapping[str, Any], variant: bool) -> list[str]:
+    """The evaluation sets of the main model (``datasets``) or of a variant (``variant_datasets``, else ``datasets``)."""
+    if not variant or s["variant_datasets"] is None:
+        return list(s["datasets"])
+    return list(s["variant_datasets"])
+
+
 def needs_sparse(s: Mapping[str, Any], v: str | None) -> bool:
     return "sparse" in systems_of(s, v)
 
@@ -611,10 +608,8 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                         keys=(f"{m}.index", f"{m}.p_max_len", f"{m}.impact_scale", f"{m}.sparse_topk",
                               f"{m}.variant_systems"),
                         inputs={"data": Ref("data"), "model": Ref("model", mid)}, mem_mb=8000))
-        evals = s["datasets"] if v is None else (s["variant_datasets"] if s["variant_datasets"] is not None
-                                                 else s["datasets"])
         kinds = systems_of(s, v)
-        for d in evals:
+        for d in eval_datasets(s, variant=v is not None):
             jobs.append(search_job(cfg, name, d, variant=v))
             if "hybrid" in kinds:
                 wd, wsp = (float(x) for x in s["hybrid_weights"])
@@ -650,7 +645,7 @@ def _fig5_jobs(cfg: Mapping[str, Any], s: Mapping[str, Any]) -> list[Job]:
     pts = fig5_points(cfg, s)
     if not pts["dense"] and not pts["sparse"]:
         return []
-    vds = s["variant_datasets"] if s["variant_datasets"] is not None else s["datasets"]
+    vds = eval_datasets(s, variant=True)
     out = []
     for d in [x for x in s["datasets"] if x in vds]:
         runs = {f"run_{sid}": Ref("system", sid, d) for _, sid in pts["dense"] + pts["sparse"]}
@@ -684,8 +679,8 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Sequence[str],
     torch = _torch(s)
     bs = int(s["encode_batch_size"])
     maxlen = int(s["p_max_len"])
-    prefix = model.doc_prefix()
-    dense, rows_sp, truncated = [], [], 0
+    prefix = model.prompt_ids(None)
+    dense, rows_sp = [], []
     full_ids = model.tok([" " + t for t in texts], add_special_tokens=False)["input_ids"]
     truncated = sum(len(x) > maxlen for x in full_ids)
     all_rows = [list(x[:maxlen]) for x in full_ids]
@@ -732,6 +727,7 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
     from harness.indexes import parse_spec
     from harness.indexes.faiss_dense import DenseFaissIndex
     from harness.indexes.lucene import LUCENE_DIR, build_impact
+    from harness.meta import folder_bytes
 
     s = settings(ctx.cfg)
     model = LightModel.load(inputs["model"])
@@ -762,7 +758,7 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
         info.update({"sparse_spec": "lucene:impact", "sparse_documents_indexed": n,
                      "sparse_build_seconds": round(time.perf_counter() - t1, 3),
                      "sparse_terms_mean": float(nnz.mean()) if len(nnz) else 0.0,
-                     "sparse_bytes": sum(p.stat().st_size for p in (out / SPARSE_DIR).rglob("*") if p.is_file())})
+                     "sparse_bytes": folder_bytes(out / SPARSE_DIR)})
     return info
 
 
@@ -785,13 +781,10 @@ def _topk_rows(sp, k: int):
 
 
 def _dense_hits(docvecs: np.ndarray, qvecs: np.ndarray, docids: Sequence[str], qids: Sequence[str], k: int):
-    import faiss
-
     from harness.artifacts import hits_from_rows
+    from harness.indexes.faiss_dense import DenseFaissIndex
 
-    index = faiss.IndexFlatIP(docvecs.shape[1])
-    index.add(np.ascontiguousarray(docvecs, dtype=np.float32))
-    scores, rows = index.search(np.ascontiguousarray(qvecs, dtype=np.float32), min(k, len(docids)))
+    scores, rows = DenseFaissIndex.build("Flat", docvecs).search(qvecs, min(k, len(docids)))
     return hits_from_rows(docids, qids, scores, rows)
 
 
@@ -857,12 +850,13 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
         write_run_with_meta(out / f"{kinds['sparse']}.trec", hits, system=kinds["sparse"],
                             meta={**meta, "instruction": None, "query": ms["sparse_query"], "doc": ms["sparse_doc"],
                                   "impact_scale": scale, "seconds": round(time.perf_counter() - t0, 3)})
+    docs_sp = docvecs = None   # Figure 5's inputs, loaded once for all its systems
     for system in job.systems:
         if f"{NAME}.topk" in system:        # Figure 5: documents' top-k sparse terms, exact dot products
             import scipy.sparse as sps
 
             kk = int(system.rsplit("topk", 1)[1])
-            docs_sp = sps.load_npz(inputs["index"] / SPARSE_NPZ)
+            docs_sp = docs_sp if docs_sp is not None else sps.load_npz(inputs["index"] / SPARSE_NPZ)
             qsp = qsp if qsp is not None else _sparse_queries(model, s, qrows)
             scores = (qsp @ _topk_rows(docs_sp, kk).T).toarray()
             write_run_with_meta(out / f"{system}.trec", _score_hits(scores, docids, qids, k), system=system,
@@ -870,10 +864,10 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
                                       "note": "float weights, exact sparse dot products (scipy)"})
         elif "-d" in system and system.startswith(model_id(v) + "-d"):   # MRL dims
             dim = int(system.rsplit("-d", 1)[1])
-            docvecs = index.index.reconstruct_n(0, index.ntotal)
-            qv = qvec_light if qvec_light is not None else _full_queries(model, s, instr, qrows)
+            docvecs = docvecs if docvecs is not None else index.index.reconstruct_n(0, index.ntotal)
+            qvec_light = qvec_light if qvec_light is not None else _full_queries(model, s, instr, qrows)
             a = docvecs[:, :dim] / np.maximum(np.linalg.norm(docvecs[:, :dim], axis=1, keepdims=True), 1e-12)
-            b = qv[:, :dim] / np.maximum(np.linalg.norm(qv[:, :dim], axis=1, keepdims=True), 1e-12)
+            b = qvec_light[:, :dim] / np.maximum(np.linalg.norm(qvec_light[:, :dim], axis=1, keepdims=True), 1e-12)
             write_run_with_meta(out / f"{system}.trec", _dense_hits(a, b, docids, qids, k), system=system,
                                 meta={**meta, "dim": dim, "note": "light dense, first dim dims re-normalised (MRL)"})
     return info
@@ -907,7 +901,7 @@ def _sparse_queries(model: LightModel, s: Mapping[str, Any], qrows):
     torch = _torch(s)
     mode = model.s["sparse_query"]
     if mode == "full":
-        prefix = model.doc_prefix()
+        prefix = model.prompt_ids(None)
         out = []
         with torch.inference_mode():
             for i in range(0, len(qrows), int(s["encode_batch_size"])):
@@ -1054,10 +1048,7 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
             continue
         conf = lq.PAPER_SHAPES[shape]
         big = lq.random_model(shape)
-        g = torch.Generator().manual_seed(0)
-        from harness.models.lr_ops import build_table
-
-        rtable = build_table(torch.randn(conf.vocab_size, conf.hidden_size, generator=g))
+        rtable = lq.random_table(conf.vocab_size, conf.hidden_size)
         for row in lq.speed_table(texts, tokenizer=model.tok, full_model=big, table=rtable,
                                   **{**kw, "batch_sizes": tuple(sp["shape_batch_sizes"])}):
             write(f"{NAME}.speed-{shape}-bs{row['batch_size']}", row, f"{shape} shape, random weights")

@@ -95,6 +95,22 @@ class _ProjectionMax(torch.autograd.Function):
         return (None if grad_h is None else grad_h.view(B, T, H)), grad_w, grad_b, None, None
 
 
+def eos_pool(last_hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """[B, T, H] x [B, T] -> [B, H]: the hidden state of each row's last non-padding token (EOS
+    pooling, as Mistral-E5 and the paper), L2-normalised (the paper scores with cosine).
+
+    The position is the largest index whose mask is 1, so right padding (the harness's) and left
+    padding both work; a row with no token at all takes position 0.
+    """
+    if last_hidden.dim() != 3 or attention_mask.shape != last_hidden.shape[:2]:
+        raise ValueError(f"eos_pool: shapes {tuple(last_hidden.shape)} and {tuple(attention_mask.shape)} "
+                         "do not match [B, T, H] and [B, T]")
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    last = (attention_mask.ne(0).long() * positions).argmax(dim=1)
+    pooled = last_hidden[torch.arange(last_hidden.shape[0], device=last_hidden.device), last]
+    return nn.functional.normalize(pooled, p=2, dim=-1)
+
+
 def projection_max(
     hidden: Tensor, weight: Tensor, bias: Tensor | None = None, mask: Tensor | None = None, chunk: int = 16
 ) -> Tensor:
