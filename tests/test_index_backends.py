@@ -2,6 +2,7 @@
 backend, exact backends against brute-force numpy search, spec checking (typos, every config spec)."""
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from harness.indexes import (
     load_index,
     parse_spec,
 )
+from harness.indexes.phrase_dump import DumpWriter
 from harness.meta import write_meta
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,6 +88,19 @@ def impact() -> tuple[list[tuple[str, dict[str, int]]], dict[str, dict[str, int]
     return docs, queries
 
 
+def phrase_dump() -> tuple[Path, np.ndarray]:
+    """A float32 phrase dump of 40 passages (N token rows in all) in a fresh folder, and dense queries."""
+    rng = np.random.default_rng(5)
+    folder = Path(tempfile.mkdtemp(prefix="phrase-dump-")) / "dump"
+    X, Q = dense()
+    cuts = np.sort(rng.choice(np.arange(1, N), 39, replace=False))
+    with DumpWriter(folder, D, codec="float32") as w:
+        for p, (a, b) in enumerate(zip([0, *cuts], [*cuts, N])):
+            offsets = np.stack([np.arange(b - a) * 4, np.arange(b - a) * 4 + 3], 1).astype(np.int32)
+            w.add(f"p{p}", X[a:b], offsets)
+    return folder, Q
+
+
 # spec -> (payload + queries maker, build options); every registered backend needs at least one
 CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "faiss:Flat": (dense, {}),
@@ -100,6 +115,7 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "sparse-csr": (sparse, {}),
     "lucene:bm25": (lambda: (BM25_DOCS, BM25_QUERIES), {"contents": "text"}),
     "lucene:impact": (impact, {}),
+    "phrase:Flat": (phrase_dump, {}),
 }
 
 
@@ -156,8 +172,9 @@ def _topk(exact: np.ndarray, k: int) -> np.ndarray:
     return np.stack([np.lexsort((np.arange(n), -row))[:k] for row in exact])
 
 
-def test_faiss_flat_is_exact(built):
-    _, Q, (scores, rows), _ = built["faiss:Flat"]
+@pytest.mark.parametrize("spec", ["faiss:Flat", "phrase:Flat"])
+def test_flat_is_exact(built, spec):
+    _, Q, (scores, rows), _ = built[spec]
     X, _ = dense()
     exact = Q @ X.T
     np.testing.assert_array_equal(rows, _topk(exact, K))

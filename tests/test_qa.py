@@ -1,16 +1,24 @@
-"""Answer-match rules (top-k accuracy) and reader exact match, hand-checked against DPR's
-qa_validation.py (facebookresearch/DPR) and the notes in notes/seed-code-facts.md."""
+"""Answer-match rules (top-k accuracy), reader exact match, F1 and regex EM, and DensePhrases'
+question preprocessing, hand-checked against DPR's qa_validation.py (facebookresearch/DPR),
+DensePhrases' eval_utils.py / open_utils.py and the notes in notes/seed-code-facts.md."""
 from __future__ import annotations
 
 import pytest
 
 from harness.errors import ConfigError
+from harness.evaluate import qa
 from harness.evaluate.qa import (
     ANSWER_RULES,
+    answer_em,
+    em_rule,
     exact_match,
+    f1_score,
     first_hit_ranks,
     has_answer,
+    is_empty_answer,
     normalize_answer,
+    prepare_question,
+    regex_match,
     simple_tokenize,
     topk_accuracy,
 )
@@ -94,13 +102,22 @@ def test_string_rules_unicode_nfd(mode, answer, text, expected):
 
 
 @pytest.mark.parametrize("mode", STRING_RULES)
-@pytest.mark.parametrize("answer", ["", " ", "   \t ", "\n"])
-def test_empty_or_blank_answer_never_matches_string_rules(mode, answer):
-    # documented deviation from DPR (there an empty answer matches every passage)
-    assert has_answer([answer], "Some passage text with words.", mode) is False
-    assert has_answer([answer], "", mode) is False
-    # a blank answer does not hide a real one next to it
-    assert has_answer([answer, "words"], "Some passage text with words.", mode) is True
+@pytest.mark.parametrize("answer", ["", " ", "   \t ", "\n", "\u200b"])
+def test_empty_or_blank_answer_matches_any_text_as_in_dpr(mode, answer):
+    # DPR: for i in range(0, len(text) - len(ans) + 1) with ans == [] tries i = 0 and [] == text[0:0].
+    # The VDR and BPR code use the same loop, so every string rule agrees.
+    assert is_empty_answer(answer)
+    assert has_answer([answer], "Some passage text with words.", mode) is True
+    assert has_answer([answer], "", mode) is True              # range(0, 1): even the empty text
+    assert has_answer(["Paris", answer], "No capital here.", mode) is True   # anywhere in the list
+
+
+def test_other_dpr_string_behaviour_unchanged_next_to_empty_answers():
+    assert has_answer(["Paris"], "No capital here.", "string") is False
+    assert has_answer([], "No capital here.", "string") is False              # no answers: no match
+    assert has_answer(["."], "No capital here.", "string") is True            # "." is a token
+    assert has_answer(["-"], "No capital here.", "string") is False
+    assert not is_empty_answer(".") and not is_empty_answer(" x ")
 
 
 def test_vsearch_string_normalises_right_single_quote():
@@ -261,3 +278,138 @@ def test_topk_accuracy_edge_cases():
     # rank exactly at the cutoff counts; one past does not
     assert topk_accuracy({"a": 5, "b": 6}, [5]) == {"Success@5": 0.5}
     assert topk_accuracy({"a": 1, "b": 2, "c": 3}, [3]) == {"Success@3": 1.0}
+
+
+# --------------------------------------------------------------------------- F1 (SQuAD v1.1)
+
+@pytest.mark.parametrize("prediction, answers, expected", [
+    # identical after normalisation: P = R = 1
+    ("The Beatles", ["beatles"], 1.0),
+    # pred {eiffel, tower}, gold {eiffel, tower, in, paris}: common 2, P = 2/2, R = 2/4, F1 = 2*1*.5/1.5 = 2/3
+    ("the Eiffel Tower", ["Eiffel Tower in Paris"], 2 / 3),
+    # pred {new, york, city}, gold {new, york}: P = 2/3, R = 1, F1 = 2*(2/3)/(5/3) = 0.8
+    ("New York City", ["new york"], 0.8),
+    # multiplicity: pred x x y, gold x y y; Counter & gives {x: 1, y: 1} = 2; P = R = 2/3, F1 = 2/3
+    ("x x y", ["x y y"], 2 / 3),
+    # repeated token counted once per gold occurrence: pred x x, gold x; common 1, P = 1/2, R = 1, F1 = 2/3
+    ("x x", ["x"], 2 / 3),
+    # punctuation dropped inside tokens: "1,000 people" -> {1000, people} vs {1000}: P = 1/2, R = 1, F1 = 2/3
+    ("1,000 people", ["1000"], 2 / 3),
+    # max over gold answers: London 0; "Paris France": P = 1, R = 1/2, F1 = 2/3
+    ("Paris", ["London", "Paris France"], 2 / 3),
+    ("Paris", ["London", "Paris France", "paris."], 1.0),
+    # no shared token: 0
+    ("Lyon", ["Paris"], 0.0),
+    # empty prediction: no token in common, 0 (v1.1)
+    ("", ["Paris"], 0.0),
+    # prediction only articles/punctuation normalises to nothing: 0
+    ("The.", ["Paris"], 0.0),
+    # empty gold answer: 0, even for an empty prediction (the 1.0 of SQuAD v2.0 is not v1.1's rule)
+    ("Paris", [""], 0.0),
+    ("", [""], 0.0),
+    ("a", ["the"], 0.0),
+    # an empty gold answer next to a real one does not hide it
+    ("Paris", ["", "Paris"], 1.0),
+    # no gold answers: 0 (the official script would raise on max([]))
+    ("Paris", [], 0.0),
+])
+def test_f1_score(prediction, answers, expected):
+    assert f1_score(prediction, answers) == pytest.approx(expected)
+    assert isinstance(f1_score(prediction, answers), float)
+
+
+def test_f1_is_one_exactly_when_em():
+    for pred, answers in [("The Beatles", ["beatles"]), ("U.S.", ["US"]), ("beatles", ["the rolling stones"])]:
+        assert (f1_score(pred, answers) == 1.0) is exact_match(pred, answers)
+
+
+# --------------------------------------------------------------------------- regex EM (CuratedTREC)
+
+@pytest.mark.parametrize("prediction, patterns, expected", [
+    ("Ray Charles", ["Ray(mond)? Charles"], True),
+    ("RAYMOND CHARLES", ["Ray(mond)? Charles"], True),             # IGNORECASE
+    ("Ray Charles Robinson", ["Ray(mond)? Charles"], True),        # .match: need not reach the end
+    ("the singer Ray Charles", ["Ray(mond)? Charles"], False),     # .match: anchored at the start
+    ("Ray Charle", ["Ray(mond)? Charles"], False),
+    ("1930", [r"19\d\d"], True),
+    ("in 1930", [r"19\d\d"], False),
+    ("x\nRay Charles", ["^Ray"], False),                         # MULTILINE does not make match search
+    ("(unclosed", ["(unclosed"], False),                           # fails to compile: no match
+    ("Ray Charles", ["(unclosed", "Ray"], True),                   # ... and does not hide a valid one
+    ("Ray Charles", [r"\p{L}+"], False),                          # Python re has no \p{..}: no match
+    ("anything", [""], True),                                      # empty pattern matches (as in DrQA)
+    ("anything", [], False),
+])
+def test_regex_match(prediction, patterns, expected):
+    assert regex_match(prediction, patterns) is expected
+
+
+def test_em_rule_by_answer_rule():
+    assert em_rule("dpr-regex") is regex_match
+    assert em_rule("regex") is regex_match
+    for rule in ("dpr-string", "vsearch-string", "bpr-string", "string"):
+        assert em_rule(rule) is exact_match
+    with pytest.raises(ConfigError, match="dpr-regex"):
+        em_rule("dpr-regx")
+    # the same prediction judged by each rule
+    assert answer_em("Ray Charles", ["Ray(mond)? Charles"], "dpr-regex") is True
+    # as a string the pattern normalises to "raymond charles" (punctuation dropped)
+    assert answer_em("Ray Charles", ["Ray(mond)? Charles"], "dpr-string") is False
+    assert answer_em("Raymond Charles", ["Ray(mond)? Charles"], "dpr-string") is True
+    assert answer_em("The Beatles", ["beatles"], "dpr-string") is True
+    assert answer_em("The Beatles", ["beatles"]) is True                     # default: dpr-string
+    assert answer_em("The Beatles", ["beatles"], "dpr-regex") is False       # "The" is not matched
+
+
+# --------------------------------------------------------------------------- question preprocessing
+
+def test_prepare_question_strips_one_question_mark_without_truecasing():
+    assert prepare_question("Who wrote Hamlet?", truecase=False) == "Who wrote Hamlet"
+    assert prepare_question("what??", truecase=False) == "what?"              # exactly one
+    assert prepare_question("who wrote hamlet ?  ", truecase=False) == "who wrote hamlet "
+    assert prepare_question("who wrote hamlet", truecase=False) == "who wrote hamlet"
+    assert prepare_question("who wrote hamlet?", strip_qmark=False, truecase=False) == "who wrote hamlet?"
+    assert prepare_question("?", truecase=False) == ""
+    assert prepare_question("", truecase=False) == ""
+
+
+def test_prepare_question_cased_question_unchanged_but_the_question_mark():
+    for q in ("Who was the first President of the United States?", "What is NASA?", "who is Ray Charles?"):
+        assert prepare_question(q) == q[:-1]
+    assert prepare_question("What is NASA??") == "What is NASA?"
+
+
+def test_prepare_question_truecases_lower_case_questions():
+    out = prepare_question("who was the first president of the united states?")
+    assert out == "Who was the first president of the United States"
+    assert "United States" in out and "?" not in out
+    out = prepare_question("what??")
+    assert out.endswith("?") and out.count("?") == 1 and out.lower() == "what?"
+    assert prepare_question("where is nasa headquartered?") == "Where is NASA headquartered"
+    # no letter: left alone (only the question mark goes)
+    assert prepare_question("1990?") == "1990"
+    # truecasing can be switched off, and the truecaser is loaded once
+    assert prepare_question("who wrote hamlet?", truecase=False) == "who wrote hamlet"
+    assert qa.truecaser() is qa.truecaser()
+
+
+def test_truecasing_needs_no_nltk_data(monkeypatch):
+    # nltk's word_tokenize would need the punkt data; make any data lookup fail loudly
+    import nltk.data
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("nltk data requested")
+
+    monkeypatch.setattr(nltk.data, "find", no_data)
+    monkeypatch.setattr(nltk.data, "load", no_data)
+    out = prepare_question("who is the president of france?")
+    assert out.startswith("Who is the ") and out.endswith(" of France")
+
+
+def test_qa_module_imports_without_truecase():
+    import subprocess
+    import sys
+
+    code = "import sys, harness.evaluate.qa; print('truecase' in sys.modules, 'nltk' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -115,6 +115,28 @@ def test_real_fixture_loads(tmp_path):
     assert set(store.read_qrels(out / store.QRELS)) == {q.id for q in test}
 
 
+def test_meta_counts_questions_with_empty_answers(tmp_path, monkeypatch):
+    cfg = load_config()
+    out = tmp_path / "real"
+    out.mkdir()
+    assert prepare("smoke", cfg["datasets"]["smoke"], cfg, out)["empty_answers"] == {"test": 0, "train": 0}
+    # line 1 is a train question: one empty answer beside a real one; line 2 (train): a blank one;
+    # the first test question: a white-space-only answer
+    lines = (smoke.FIXTURE / "questions.jsonl").read_bytes().splitlines(keepends=True)
+    first_test = next(i for i, line in enumerate(lines, 1) if json.loads(line)["split"] == "test")
+
+    def defect(lines: Lines) -> None:
+        _edit_record(1, lambda rec: rec["answers"].append(""))(lines)
+        _edit_record(2, _set("answers", [" \t"]))(lines)
+        _edit_record(first_test, _set("answers", ["\n", ""]))(lines)
+
+    monkeypatch.setattr(smoke, "FIXTURE", defective_fixture(tmp_path, "questions.jsonl", defect))
+    out = tmp_path / "edited"
+    out.mkdir()
+    info = prepare("smoke", cfg["datasets"]["smoke"], cfg, out)
+    assert info["empty_answers"] == {"test": 1, "train": 2}   # questions, not answers
+
+
 def test_input_files(repo, tmp_path, monkeypatch):
     cfg = load_config()
     files = input_files(cfg, "smoke")

@@ -82,6 +82,7 @@ def test_table_inputs_follow_the_profile(tmp_path):
     cfg["methods"]["svdr"]["enabled"] = False
     cfg["methods"]["vdr"]["enabled"] = False
     cfg["methods"]["bpr"]["enabled"] = False
+    cfg["methods"]["densephrases"]["enabled"] = False   # distils from the reader
     cfg["reader"]["enabled"] = False
     assert [p.split("/")[-1] for p in required_inputs(cfg, "svdr", "1")] == ["bm25"]
 
@@ -117,7 +118,7 @@ def test_claims_hold_false_and_not_run(tmp_path):
     cfg["methods"]["dpr"]["enabled"] = False   # bpr's baselines, svdr's timing rows and the reader read DPR
     with pytest.raises(ConfigError, match="no train job 'dpr'"):
         claims.evaluate(cfg, claim)
-    for m in ("bpr", "svdr", "vdr"):
+    for m in ("bpr", "svdr", "vdr", "densephrases"):   # densephrases distils from the reader
         cfg["methods"][m]["enabled"] = False
     cfg["reader"]["enabled"] = False
     out = claims.evaluate(cfg, claim)

@@ -3,6 +3,9 @@
 A prepared dataset folder (``results/<profile>/data/<key>/``) holds:
 ``corpus.jsonl`` (id, title, text), ``queries-<split>.jsonl`` (id, text, answers?, gold?),
 ``qrels-test.txt`` (TREC qrels, for qrels datasets) and ``meta.json`` (ids, counts, sources).
+:func:`prepare` adds ``empty_answers`` to every dataset's meta: per split, the questions with a gold
+answer that has no token (empty or white space only), which DPR's string rule finds in every
+passage (harness.evaluate.qa).
 
 Relevance (config key ``datasets.<key>.relevance``): ``answers`` (default) leaves the folder as the
 family writes it, and QA datasets are judged by answer strings; ``gold`` makes a QA dataset a
@@ -70,7 +73,26 @@ def prepare(key: str, dcfg: Mapping[str, Any], cfg: Mapping[str, Any], out: Path
     meta = module.prepare(key, dcfg, cfg, out)
     if rel == "gold":
         meta = {**meta, **write_gold_qrels(key, Path(out))}
-    return meta
+    return {**meta, "empty_answers": count_empty_answers(Path(out))}
+
+
+def count_empty_answers(folder: Path) -> dict[str, int]:
+    """Per split present in ``folder`` (``queries-<split>.jsonl``), the number of questions with at
+    least one gold answer that has no token (empty, white space only: ``qa.is_empty_answer``).
+    DPR's string rule counts such an answer as found in any passage, so these questions are hits
+    at every rank. Streams the written query files; splits without answers count 0."""
+    from harness.datasets import store
+    from harness.evaluate.qa import is_empty_answer
+    from harness.io import iter_jsonl
+
+    prefix, suffix = store.queries_file(""), ".jsonl"
+    prefix = prefix[: -len(suffix)]
+    counts: dict[str, int] = {}
+    for path in sorted(Path(folder).glob(store.queries_file("*"))):
+        split = path.name[len(prefix): -len(suffix)]
+        counts[split] = sum(1 for rec in iter_jsonl(path)
+                            if any(isinstance(a, str) and is_empty_answer(a) for a in rec.get("answers") or ()))
+    return counts
 
 
 def write_gold_qrels(key: str, folder: Path) -> dict[str, Any]:

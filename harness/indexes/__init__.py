@@ -2,7 +2,9 @@
 
 ``faiss:Flat``, ``faiss:HNSW512``, ``faiss:LSH``, ``faiss:PQ96x8`` (faiss factory strings),
 ``faiss-binary:BFlat``, ``faiss-binary:BHash768``, ``token-csr``, ``sparse-csr``, ``lucene:bm25``,
-``lucene:impact``, ``lucene:pretokenized`` (whitespace tokens indexed verbatim, searched with BM25).
+``lucene:impact``, ``lucene:pretokenized`` (whitespace tokens indexed verbatim, searched with BM25),
+``phrase:Flat``, ``phrase:IVF<nlist>,SQ4``, ``phrase:OPQ<m>,IVF<nlist>,PQ<m>x<nbits>`` (DensePhrases'
+token-vector MIPS index over a phrase dump, with Eq. 10's span search: ``harness.indexes.phrase``).
 
 One interface for every backend (why: the index stage, timing and size measurements treat every
 variant alike, and an index folder is loaded from its ``meta.json`` alone). Each backend module
@@ -14,7 +16,8 @@ and pyserini are heavy) with three static methods:
 - ``build(part, payload, **options) -> index``: the payload per backend is dense float32 vectors
   (``faiss``), packed binary codes (``faiss-binary``), token-id lists (``token-csr``), a scipy sparse
   matrix (``sparse-csr``), ``harness.datasets.Doc``s (``lucene:bm25``), ``(docid, {token: int
-  weight})`` pairs (``lucene:impact``) or ``(docid, "tok1 tok2 ...")`` pairs (``lucene:pretokenized``).
+  weight})`` pairs (``lucene:impact``), ``(docid, "tok1 tok2 ...")`` pairs (``lucene:pretokenized``) or a
+  ``harness.indexes.phrase_dump.PhraseDump`` (or its folder) (``phrase``).
 - ``load(folder, part, **options) -> index``.
 
 The index objects they return all have ``save(folder)``, ``search(queries, k)``, ``nbytes`` (bytes
@@ -44,6 +47,7 @@ BACKENDS.add("faiss-binary", "harness.indexes.faiss_binary:FaissBinaryBackend")
 BACKENDS.add("token-csr", "harness.indexes.token_csr:TokenCSRBackend")
 BACKENDS.add("sparse-csr", "harness.indexes.sparse_csr:SparseCSRBackend")
 BACKENDS.add("lucene", "harness.indexes.lucene:LuceneBackend")
+BACKENDS.add("phrase", "harness.indexes.phrase:PhraseBackend")
 
 #: backends whose spec has no part after the colon
 NO_PART = frozenset({"token-csr", "sparse-csr"})

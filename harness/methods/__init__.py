@@ -29,6 +29,7 @@ METHODS.add("vdr", "harness.methods.vdr")
 METHODS.add("bpr", "harness.methods.bpr")
 METHODS.add("qcr", "harness.methods.qcr")
 METHODS.add("lightretriever", "harness.methods.lightretriever")
+METHODS.add("densephrases", "harness.methods.densephrases")
 
 #: steps that are not retrieval methods but declare jobs too: top-level config section -> module
 #: (the extractive reader reads any system's run and measures EM).
