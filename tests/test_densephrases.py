@@ -131,3 +131,124 @@ def test_variants_systems_and_jobs(cfg):
     assert "densephrases.rc" in rc.systems and "densephrases.shared-rc" in rc.systems
     assert dp.settings(cfg, "pb-c4")["prebatch_batches"] == 4
     assert dp.settings(cfg, "ref")["distill"] is True and dp.settings(cfg, "nodistill")["distill"] is False
+
+
+def _ce(scores: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of -log softmax(row)[i] for row i (the positive is each row's own column)."""
+    return torch.stack([-torch.log_softmax(row, 0)[i] for i, row in enumerate(scores)]).mean()
+
+
+def test_in_batch_negatives_are_the_other_questions_gold_vectors():
+    g = torch.Generator().manual_seed(0)
+    qs, qe, G_s, G_e = (torch.randn(4, 6, generator=g) for _ in range(4))
+    got = dp.neg_loss(torch, qs, qe, G_s, G_e)
+    want = (_ce(qs @ G_s.T) + _ce(qe @ G_e.T)) / 2
+    assert float(got) == pytest.approx(float(want), rel=1e-6)
+
+
+def test_pre_batch_negatives_add_columns_and_get_no_gradient():
+    g = torch.Generator().manual_seed(1)
+    qs, qe, G_s, G_e = (torch.randn(3, 5, generator=g, requires_grad=True) for _ in range(4))
+    cached = [(torch.randn(3, 5, generator=g, requires_grad=True), torch.randn(3, 5, generator=g, requires_grad=True))
+              for _ in range(2)]
+    got = dp.neg_loss(torch, qs, qe, G_s, G_e, cached)
+    keys_s = torch.cat([G_s, cached[0][0], cached[1][0]])
+    keys_e = torch.cat([G_e, cached[0][1], cached[1][1]])
+    want = (_ce(qs @ keys_s.T) + _ce(qe @ keys_e.T)) / 2       # B x (B + B*C) scores, positive on the diagonal
+    assert float(got.detach()) == pytest.approx(float(want.detach()), rel=1e-6)
+    assert float(got.detach()) > float(dp.neg_loss(torch, qs, qe, G_s, G_e).detach())   # more negatives, larger loss here
+    got.backward()
+    assert G_s.grad is not None and qs.grad is not None
+    assert all(t.grad is None for pair in cached for t in pair)    # §4.3: no gradient to the cached batches
+
+
+def test_variants_need_a_dataset_that_evaluates_them(cfg):
+    c = copy.deepcopy(cfg)
+    c["methods"]["densephrases"]["variant_datasets"] = []
+    ids = {j.id for j in dp.declare(c, "densephrases")}
+    assert "densephrases" in ids and not any(i.startswith("densephrases.pb-") for i in ids)
+    c["methods"]["densephrases"].update(variant_datasets=["smoke-ir"])
+    with pytest.raises(ConfigError, match="variant_datasets: smoke-ir is in neither"):
+        dp.declare(c, "densephrases")
+
+
+def test_reader_disabled_while_distilling_is_a_config_error(cfg):
+    c = copy.deepcopy(cfg)
+    c["reader"]["enabled"] = False
+    with pytest.raises(ConfigError, match="distill is true but the config has no enabled reader"):
+        dp.declare(c, "densephrases")
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+
+def _brute_top1(dump, qs: np.ndarray, qe: np.ndarray, L: int) -> tuple[float, int, int]:
+    """The best (score, start row, end row) over every valid phrase of the dump (Eq. 10 exactly)."""
+    H = dump.all_vectors().astype(np.float64)
+    doc, pos = np.asarray(dump.doc_rows), np.asarray(dump.positions)
+    a, b = H @ qs.astype(np.float64), H @ qe.astype(np.float64)
+    best = (-np.inf, -1, -1)
+    for off in range(L):
+        i = np.arange(len(H) - off)
+        j = i + off
+        ok = (doc[i] == doc[j]) & (pos[j] - pos[i] < L)
+        sc = np.where(ok, a[i] + b[j], -np.inf)
+        t = int(np.argmax(sc))
+        if sc[t] > best[0]:
+            best = (float(sc[t]), int(i[t]), int(j[t]))
+    return best
+
+
+def test_smoke_train_dump_index_search_and_query_side_finetuning(tmp_path, cfg):
+    """A few steps on the smoke fixture: pre-batch negatives switch on, the dump holds exactly the
+    kept tokens, the Flat index's top phrase is the exact argmax of Eq. 10 over the dump, and
+    query-side fine-tuning leaves the phrase encoder (and so the index) untouched."""
+    from harness.config import results_root
+    from harness.datasets import prepare as prepare_dataset
+    from harness.indexes.phrase_dump import PhraseDump
+    from harness.methods.base import Context
+    from harness.plan import Job
+
+    c = copy.deepcopy(cfg)
+    c["results_dir"] = str(tmp_path / "results")
+    c["methods"]["densephrases"].update(
+        epochs=2, max_train_questions=40, batch_size=8, distill=False, negatives="prebatch", prebatch_batches=2,
+        prebatch_start=0.5, encode_batch_size=32, index_variants={"flat": "phrase:Flat"},
+        filter={"threshold": 0.0}, qs={"epochs": 1, "max_train_questions": 16, "dev_questions": 8, "top_k": 20,
+                                       "batch_size": 8})
+    data = results_root(c) / "data" / "smoke"
+    prepare_dataset("smoke", c["datasets"]["smoke"], c, data)
+    s = dp.settings(c)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    info = dp.train(c, s, {"data": data}, model_dir)
+    assert info["examples"] == 40 and info["steps"] == 10
+    assert info["prebatch_from_step"] == 5 and info["prebatch_steps"] == 4   # step 5 fills the queue first
+    assert info["loss_last"] < info["loss_first"]
+    index_dir = tmp_path / "index"
+    job = Job("index", "densephrases", "densephrases", "build", params={"variant": None, "gold_only": False})
+    binfo = dp.build(Context(c, "densephrases", "smoke"), job, {"data": data, "model": model_dir, "train_data": data},
+                     index_dir)
+    dump = PhraseDump.open(index_dir / dp.DUMP_DIR)
+    assert dump.ntotal == binfo["dump"]["tokens_kept"] < binfo["dump"]["tokens_seen"]   # threshold 0 drops some
+    assert binfo["filter"] == {"threshold": 0.0, "tuned": False}
+    model = dp.PhraseModel.load(s, model_dir)
+    questions = ["what is the capital of france", "who wrote the book"]
+    qs, qe = model.index_queries([dp.prepare(s, q) for q in questions])
+    flat = dp.load_phrase_index(index_dir, "flat", s)
+    L = int(s["max_phrase_len"])
+    got = flat.search_phrases(qs, qe, k=dump.ntotal, top_phrases=1, max_phrase_len=L)
+    for b in range(len(questions)):
+        score, i, j = _brute_top1(dump, qs[b], qe[b], L)
+        assert (got[b][0].start_row, got[b][0].end_row) == (i, j)
+        assert got[b][0].score == pytest.approx(score, rel=1e-4)
+    qs_dir = tmp_path / "qs"
+    qs_dir.mkdir()
+    qinfo = dp.train_qs(c, s, {"data": data, "model": model_dir, "index": index_dir}, qs_dir)
+    assert [h["epoch"] for h in qinfo["history"]][:1] == [0] and qinfo["train_questions"] == 16
+    tuned = dp.PhraseModel.load(s, qs_dir)
+    for a, b in zip(model.phrase.state_dict().values(), tuned.phrase.state_dict().values()):
+        assert torch.equal(a, b)                                    # Eq. 11 trains the question encoders only
+    if qinfo["best_epoch"] > 0:
+        assert not all(torch.equal(a, b) for a, b in zip(model.q_start.state_dict().values(),
+                                                         tuned.q_start.state_dict().values()))

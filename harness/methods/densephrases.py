@@ -512,6 +512,17 @@ def _kl(torch, student, teacher, mask, direction: str):
     return kl.mean()
 
 
+def neg_loss(torch, qs, qe, G_s, G_e, cached: Sequence = ()):
+    """Eq. 8: question i's start (end) vector against the gold start (end) vectors of the batch
+    (in-batch negatives, row i is its own), then of the ``cached`` batches (pre-batch negatives,
+    §4.3: (G_start, G_end) pairs of earlier batches, detached here so no gradient reaches them)."""
+    keys_s = torch.cat([G_s, *[c[0].detach() for c in cached]])
+    keys_e = torch.cat([G_e, *[c[1].detach() for c in cached]])
+    target = torch.arange(qs.shape[0], device=qs.device)
+    ce = torch.nn.functional.cross_entropy
+    return (ce(qs @ keys_s.T, target) + ce(qe @ keys_e.T, target)) / 2
+
+
 def dev_questions(cfg: Mapping[str, Any], s: Mapping[str, Any]) -> tuple[list[Query], str]:
     """Questions for tuning the filter threshold and choosing the query-side checkpoint: the training
     set's ``dev_split`` where it has one, else a seeded sample of ``dev_sample`` training questions
@@ -611,14 +622,12 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
         if s["negatives"] != "none":
             ar = torch.arange(len(batch), device=dev)
             G_s, G_e = hs[ar, gs], he[ar, ge]
-            keys_s, keys_e = G_s, G_e
+            cached: list = []
             if prebatch_from is not None and step >= prebatch_from:
-                if queue:
-                    keys_s = torch.cat([G_s, *[x[0] for x in queue]])
-                    keys_e = torch.cat([G_e, *[x[1] for x in queue]])
-                    counts["prebatch_steps"] += 1
+                cached = list(queue)
+                counts["prebatch_steps"] += bool(cached)
                 queue.append((G_s.detach(), G_e.detach()))
-            l_neg = (ce(qs @ keys_s.T, ar) + ce(qe @ keys_e.T, ar)) / 2
+            l_neg = neg_loss(torch, qs, qe, G_s, G_e, cached)
             loss = loss + float(w["neg"]) * l_neg
             parts["neg"] = float(l_neg.detach())
         if teacher is not None:
