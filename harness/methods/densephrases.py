@@ -602,7 +602,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     ce = torch.nn.functional.cross_entropy
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     pad = model.tok.pad_token_id or 0
-    counts = {"prebatch_steps": 0, "distill_masked": 0}
+    counts = {"prebatch_steps": 0}
 
     def step_fn(batch: list[Example], step: int, rng: random.Random):
         ids, att, mask = _pad(torch, [e.window for e in batch], pad)
