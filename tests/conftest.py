@@ -25,3 +25,16 @@ def shared_data() -> Path:
 def _no_network_downloads(monkeypatch):
     # Tests never reach the internet: any download that is not served from a mirror fails fast.
     monkeypatch.setenv("HARNESS_OFFLINE", os.environ.get("HARNESS_OFFLINE", "1"))
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one intra-op thread for the test (tiny matmuls: with 2 threads on a 2-core box, any
+    other busy process makes every op wait for a time slice). Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

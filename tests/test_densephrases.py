@@ -16,13 +16,7 @@ from harness.datasets import Doc, Query
 from harness.errors import ConfigError
 from harness.methods import densephrases as dp
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,7 @@ from harness.config import load_config
 from harness.errors import ConfigError
 from harness.methods import lightretriever as lr
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

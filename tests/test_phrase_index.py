@@ -365,3 +365,27 @@ def test_opq_index_reads_back_after_save_and_load(tmp_path):
     q = rng.normal(size=(3, 16)).astype(np.float32)
     assert [[p[:3] for p in r] for r in back.search_phrases(q, q, 5, 3)] == \
         [[p[:3] for p in r] for r in idx.search_phrases(q, q, 5, 3)]
+
+
+@pytest.mark.parametrize("factory", ["IVF8,SQ4", "OPQ8,IVF8,PQ8x4"])
+@pytest.mark.parametrize("nprobe", [1, 3, 8])
+def test_blas_coarse_step_gives_faiss_own_results(dump, queries, factory, nprobe):
+    """PhraseIndex searches IVF lists chosen by numpy's BLAS (coarse_assign) + search_preassigned: the
+    same rows as faiss's own search (its IndexFlatIP quantiser), scores within float rounding."""
+    import faiss
+
+    from harness.indexes.phrase import coarse_assign
+
+    index = PhraseIndex.build(factory, dump, nprobe=nprobe, opq_niter=2)
+    q = np.concatenate(queries)
+    want_s, want_i = index.index.search(q, 15)           # faiss end to end
+    got_s, got_i = index.search(q, 15)
+    np.testing.assert_array_equal(got_i, want_i)
+    np.testing.assert_allclose(got_s, want_s, rtol=1e-5, atol=1e-4)
+    quant = faiss.downcast_index(faiss.extract_index_ivf(index.index).quantizer)
+    C = faiss.rev_swig_ptr(quant.get_xb(), quant.ntotal * quant.d).reshape(quant.ntotal, quant.d)
+    qt = q if factory.startswith("IVF") else faiss.downcast_VectorTransform(index.index.chain.at(0)).apply(q)
+    dis, lists = coarse_assign(C, qt, nprobe)
+    fd, fl = quant.search(qt, nprobe)
+    np.testing.assert_array_equal(lists, fl)
+    np.testing.assert_allclose(dis, fd, rtol=1e-5, atol=1e-4)

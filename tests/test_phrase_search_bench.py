@@ -37,6 +37,7 @@ def test_tiny_run_figures(tmp_path, capsys):
     for key in ("qps_questions", "qps_half", "qps_questions_with_span", "index_gb_at_770m"):
         assert p[key] > 0
     assert p["qps_questions"] == pytest.approx(8 / (c["coarse_s_questions"] + m["scan_s_questions"]))
+    assert p["qps_questions_faiss_coarse"] == pytest.approx(8 / (c["faiss_coarse_s_questions"] + m["scan_s_questions"]))
     assert report["target_met"] == (p["qps_questions"] >= 13.6)
     acc = report["accuracy"]
     assert set(acc["indexes"]) == {"flat", "ivf-sq4", "opq-ivf-pq"}

@@ -597,7 +597,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     ts = loop.TrainSettings.from_config(s, log_every=20)
     total = loop.total_steps(len(exs), ts.batch_size, ts.epochs, ts.grad_accum)
     w = s["loss_weights"]
-    prebatch_from = int(math.floor(float(s["prebatch_start"]) * total)) if s["negatives"] == "prebatch" else None
+    prebatch_from = math.floor(float(s["prebatch_start"]) * total) if s["negatives"] == "prebatch" else None
     queue: deque = deque(maxlen=int(s["prebatch_batches"]))
     ce = torch.nn.functional.cross_entropy
     bce = torch.nn.functional.binary_cross_entropy_with_logits
@@ -937,7 +937,7 @@ def train_qs(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, 
 
     from harness import train as loop
 
-    torch = _torch(s)
+    _torch(s)
     q = s["qs"]
     seed = int(cfg["seed"])
     loop.set_seed(seed)
@@ -1147,7 +1147,7 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
             return searcher.encode(texts)
 
         def srch(e, kk, _o):
-            scores, rows = searcher.search(e, top)
+            _, rows = searcher.search(e, top)
             return [reader.predict("", [docs[searcher.docids[r]] for r in row if r >= 0]) for row in rows]
 
     res = run_protocol(protocol, questions, encode=enc, search=srch, k=k, device="cpu")
@@ -1192,13 +1192,13 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
     values = {
         "qps_cpu": (dp["qps"], "Q/s", f"{common}: question encoding + phrase search (top-1 phrase) inside the timer"),
         "storage_bytes": (idx_bytes + dump_bytes + corpus_bytes, "B",
-                          f"phrase index ({main.get('spec')}) {idx_bytes:,} B + phrase dump ({s['dump_codec']}, "
-                          f"read to re-score span candidates) {dump_bytes:,} B + passages {corpus_bytes:,} B"),
+                          (f"phrase index ({main.get('spec')}) {idx_bytes:,} B + phrase dump ({s['dump_codec']}, "
+                           f"read to re-score span candidates) {dump_bytes:,} B + passages {corpus_bytes:,} B")),
         "index_bytes": (idx_bytes, "B", f"the faiss phrase index alone ({main.get('spec')})"),
         "indexing_seconds": (float(imeta.get("dump_seconds", 0)) + float(main.get("build_seconds") or 0), "s",
                              "phrase dump (encoding every passage) + index training and adding"),
-        "ram_bytes": (dp["peak_rss"], "B", "peak resident memory of a process that loads the model and index and "
-                                           "runs the timing"),
+        "ram_bytes": (dp["peak_rss"], "B", ("peak resident memory of a process that loads the model and index "
+                                            "and runs the timing")),
     }
     write_json(out / f"{NAME}.speed.json", _metric(f"{NAME}.speed", d, values, not_run=gpu_note, timing=dp["timing"]))
     print(f"{NAME}.speed/{d}: {dp['qps']:.2f} Q/s on CPU")
@@ -1209,14 +1209,15 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
         dmeta = read_meta(inputs["dpr_index"])
         fb = int((inputs["dpr_index"] / INDEX_FILE).stat().st_size)
         values = {
-            "qps_cpu": (dr["qps"], "Q/s", f"{common}: DPR question encoding + faiss search + the reader over the top "
-                                          f"{ctx.cfg['reader'].get('top_k', 20)} passages, one question per reader call"),
+            "qps_cpu": (dr["qps"], "Q/s", (f"{common}: DPR question encoding + faiss search + the reader over "
+                                           f"the top {ctx.cfg['reader'].get('top_k', 20)} passages, one question "
+                                           "per reader call")),
             "storage_bytes": (fb + corpus_bytes, "B", f"DPR's faiss index {fb:,} B + passages {corpus_bytes:,} B"),
             "index_bytes": (fb, "B", "DPR's faiss index alone"),
             "indexing_seconds": (float(dmeta.get("build_seconds") or dmeta.get("seconds") or 0), "s",
                                  "DPR: encoding the corpus + building the faiss index (its meta.json)"),
-            "ram_bytes": (dr["peak_rss"], "B", "peak resident memory of a process that loads DPR, its index and "
-                                               "the reader and runs the timing"),
+            "ram_bytes": (dr["peak_rss"], "B", ("peak resident memory of a process that loads DPR, its index "
+                                                "and the reader and runs the timing")),
         }
         write_json(out / f"{NAME}.speed-dpr.json", _metric(f"{NAME}.speed-dpr", d, values, not_run=gpu_note,
                                                           timing=dr["timing"]))
