@@ -246,3 +246,43 @@ def test_smoke_train_dump_index_search_and_query_side_finetuning(tmp_path, cfg):
     if qinfo["best_epoch"] > 0:
         assert not all(torch.equal(a, b) for a, b in zip(model.q_start.state_dict().values(),
                                                          tuned.q_start.state_dict().values()))
+
+
+def test_dpr_reader_timing_reads_each_question(tmp_path, cfg, monkeypatch):
+    """Table 1's DPR + reader row: the reader reads the timed question itself (not an empty one)
+    over DPR's top passages, one call per question."""
+    from harness.datasets import store
+    from harness.methods import dpr
+    from harness.reader import Reader
+
+    store.write_corpus(tmp_path, [Doc("d1", "", "one passage"), Doc("d2", "", "another passage")])
+    read: list[tuple[str, list[str]]] = []
+
+    class FakeSearcher:
+        docids = ["d1", "d2"]
+
+        def __init__(self, *_):
+            pass
+
+        def encode(self, texts):
+            return np.zeros((len(texts), 4), np.float32)
+
+        def search(self, vecs, k):
+            return np.zeros((len(vecs), 2), np.float32), np.tile([1, 0], (len(vecs), 1))
+
+    class FakeReader:
+        def train(self, _):
+            pass
+
+        def predict(self, question, docs):
+            read.append((question, [d.id for d in docs]))
+            return {"answer": ""}
+
+    monkeypatch.setattr(dpr, "Searcher", FakeSearcher)
+    monkeypatch.setattr(Reader, "load", classmethod(lambda cls, *_: FakeReader()))
+    questions = [f"question {i}" for i in range(64 * 7)]
+    out = dp._time_child(cfg, "dpr", {"data": str(tmp_path), "dpr_index": "x", "dpr_model": "x", "reader": "x"},
+                         questions, 10)
+    assert out["qps"] > 0
+    assert {q for q, _ in read} == set(questions)                 # every timed question, none empty
+    assert all(ids == ["d2", "d1"] for _, ids in read)            # DPR's ranking, mapped to passages

@@ -42,7 +42,6 @@ What is done here:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -56,6 +55,7 @@ import faiss
 import numpy as np
 from faiss.contrib.factory_tools import reverse_index_factory
 
+from harness.datasets.download import sha256_of
 from harness.errors import ConfigError, DataError
 from harness.indexes.faiss_dense import faiss_nbytes
 from harness.indexes.phrase_dump import DUMP_JSON, PhraseDump
@@ -165,10 +165,6 @@ def _as_queries(q: np.ndarray, what: str) -> np.ndarray:
     if q.ndim != 2:
         raise ValueError(f"{what} must be a [B, d] array, got shape {q.shape}")
     return q
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 class PhraseIndex:
@@ -497,7 +493,7 @@ class PhraseIndex:
         if not (dump_dir / DUMP_JSON).is_file():
             raise DataError(f"{folder}: its phrase dump {dump_dir} is missing (no {DUMP_JSON})",
                             fix=f"restore the dump at {dump_dir} (or pass its new folder as dump=) or rebuild")
-        sha = _sha256(dump_dir / DUMP_JSON)
+        sha = sha256_of(dump_dir / DUMP_JSON)
         if sha != rec.get("dump_json_sha256"):
             raise DataError(f"{folder}: the phrase dump {dump_dir} changed since the index was built "
                             f"({DUMP_JSON} sha256 {sha[:12]} vs recorded {str(rec.get('dump_json_sha256'))[:12]})",

@@ -42,6 +42,7 @@ from typing import Any, Self
 import numpy as np
 
 from harness.errors import DataError
+from harness.meta import folder_bytes
 
 DUMP_JSON = "dump.json"
 DOCIDS = "docids.txt"
@@ -264,13 +265,8 @@ class DumpWriter:
         tmp = self.folder / (DUMP_JSON + ".tmp")
         tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, self.folder / DUMP_JSON)
-        return {"passages": len(self._docids), "tokens": self._tokens, "bytes": dump_bytes(self.folder),
+        return {"passages": len(self._docids), "tokens": self._tokens, "bytes": folder_bytes(self.folder),
                 "codec": self.codec, "shards": len(self._shards), "dim": self.dim, "folder": str(self.folder)}
-
-
-def dump_bytes(folder: Path) -> int:
-    """Bytes on disk of every file in a dump folder."""
-    return sum(p.stat().st_size for p in Path(folder).iterdir() if p.is_file())
 
 
 class PhraseDump:
@@ -307,7 +303,7 @@ class PhraseDump:
 
     @property
     def nbytes_on_disk(self) -> int:
-        return dump_bytes(self.folder)
+        return folder_bytes(self.folder)
 
     @classmethod
     def open(cls, folder: Path | str) -> PhraseDump:

@@ -62,6 +62,9 @@ from harness.plan import Job, Ref
 
 SCHEMA = "densephrases.schema.yaml"
 DEFAULTS = fragment_defaults(__file__, SCHEMA)
+#: sections merged key by key over their own defaults (read once: parsing the schema costs ~3 ms)
+NESTED = ("loss_weights", "filter", "search", "qs", "timing", "dsmall")
+NESTED_DEFAULTS = {key: fragment_defaults(__file__, SCHEMA, key) for key in NESTED}
 NAME = "densephrases"
 ENCODERS = ("phrase_encoder", "question_start", "question_end")
 HEADS_FILE = "filter.pt"
@@ -83,8 +86,8 @@ def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, An
     """methods.densephrases with defaults; a variant: ``variant_overrides`` then its own settings."""
     sec = cfg["methods"][NAME]
     s = {**copy.deepcopy(DEFAULTS), **copy.deepcopy(dict(sec))}
-    for key in ("loss_weights", "filter", "search", "qs", "timing", "dsmall"):
-        s[key] = {**fragment_defaults(__file__, SCHEMA, key), **(sec.get(key) or {})}
+    for key in NESTED:
+        s[key] = {**copy.deepcopy(NESTED_DEFAULTS[key]), **copy.deepcopy(sec.get(key) or {})}
     if variant is None:
         return s
     if variant not in (s["variants"] or {}):
@@ -937,7 +940,7 @@ def train_qs(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, 
 
     from harness import train as loop
 
-    _torch(s)
+    torch = _torch(s)
     q = s["qs"]
     seed = int(cfg["seed"])
     loop.set_seed(seed)
@@ -979,9 +982,30 @@ def train_qs(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, 
     history.append({"epoch": 0, "dev_em": em0, "with_gold": None})
     best.update(em=em0, epoch=0)
     model.save(best_dir)
-    params = [p for m in model.encoders() if m is not model.phrase or model.shared for p in m.parameters()
-              if p.requires_grad]
-    import torch as _t
+    params = [p for m in model.encoders() for p in m.parameters() if p.requires_grad]  # the phrase encoder is frozen
+
+    def neg_mml(scores, gold):
+        """-log of the softmax mass of the gold phrases among the candidates (Eq. 11)."""
+        return torch.logsumexp(scores, 0) - torch.logsumexp(scores.masked_fill(~gold, torch.finfo(scores.dtype).min), 0)
+
+    def step_fn(batch, step, rng):
+        qs, qe = model.questions([prepare(s, x.text) for x in batch])
+        dev_ = qs.device
+        loss = torch.zeros((), device=dev_)
+        for k, x in enumerate(batch):
+            st, en, gold = state["cands"][x.id]
+            hs = torch.from_numpy(idx.dump.vectors(np.asarray(st))).to(dev_)
+            he = torch.from_numpy(idx.dump.vectors(np.asarray(en))).to(dev_)
+            if model.split:
+                half = model.dim // 2
+                hs, he = hs[:, :half], he[:, half:]
+            a, b = hs @ qs[k], he @ qe[k]
+            g = torch.tensor(gold, device=dev_)
+            loss = loss + neg_mml(a + b, g)
+            if ce_q == "code":  # + start-only and end-only marginal likelihoods (the authors' code)
+                loss = loss + neg_mml(a, g) + neg_mml(b, g)
+        return loss / len(batch), {}
+
     for epoch in range(1, int(q["epochs"]) + 1):
         n_gold = research()
         exs = [x for x in questions if x.id in state["cands"]]
@@ -989,31 +1013,8 @@ def train_qs(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, 
             history.append({"epoch": epoch, "dev_em": None, "with_gold": n_gold, "why": "fewer than 2 questions "
                             "with a gold phrase in their top k"})
             break
-
-        def step_fn(batch, step, rng):
-            qs, qe = model.questions([prepare(s, x.text) for x in batch])
-            dev_ = qs.device
-            loss = _t.zeros((), device=dev_)
-            for k, x in enumerate(batch):
-                st, en, gold = state["cands"][x.id]
-                hs = _t.from_numpy(idx.dump.vectors(np.asarray(st))).to(dev_)
-                he = _t.from_numpy(idx.dump.vectors(np.asarray(en))).to(dev_)
-                if model.split:
-                    half = model.dim // 2
-                    hs, he = hs[:, :half], he[:, half:]
-                a, b = hs @ qs[k], he @ qe[k]
-                g = _t.tensor(gold, device=dev_)
-                f = a + b
-                neg = _t.finfo(f.dtype).min
-                l = _t.logsumexp(f, 0) - _t.logsumexp(f.masked_fill(~g, neg), 0)
-                if ce_q == "code":  # + start-only and end-only marginal likelihoods (the authors' code)
-                    l = l + (_t.logsumexp(a, 0) - _t.logsumexp(a.masked_fill(~g, neg), 0)) \
-                        + (_t.logsumexp(b, 0) - _t.logsumexp(b.masked_fill(~g, neg), 0))
-                loss = loss + l
-            return loss / len(batch), {}
-
         info = loop.train_loop(exs, step_fn, params, settings=ts, seed=seed + epoch, out=None,
-                               modules=[m for m in model.encoders()])
+                               modules=model.encoders())
         model.train(False)
         em = open_em(cfg, s, model, idx, dev, texts, rule)
         history.append({"epoch": epoch, "dev_em": em, "with_gold": n_gold, "steps": info["steps"],
@@ -1144,11 +1145,12 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
         top = int(cfg["reader"].get("top_k", 20))
 
         def enc(texts, _o):
-            return searcher.encode(texts)
+            return texts, searcher.encode(texts)
 
         def srch(e, kk, _o):
-            _, rows = searcher.search(e, top)
-            return [reader.predict("", [docs[searcher.docids[r]] for r in row if r >= 0]) for row in rows]
+            texts, vecs = e
+            _, rows = searcher.search(vecs, top)
+            return [reader.predict(q, [docs[searcher.docids[r]] for r in row if r >= 0]) for q, row in zip(texts, rows)]
 
     res = run_protocol(protocol, questions, encode=enc, search=srch, k=k, device="cpu")
     return {"timing": res.to_dict(), "peak_rss": _peak_rss_bytes(),
@@ -1237,13 +1239,12 @@ def measure_c3(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     for row, key in s["c3_datasets"].items():
         folder = inputs[f"data_{row}"]
         values, not_run = {}, {}
-        for col, split in (("train", "train"), ("dev", "dev"), ("test", "test")):
-            split = ctx.cfg["datasets"][key].get("c3_splits", {}).get(split, split)
+        for split in ("train", "dev", "test"):
             if (folder / store.queries_file(split)).exists():
                 n = len(store.read_queries(folder, split))
-                values[col] = (n, "count", f"questions in split {split!r} of dataset {key} as the harness loads it")
+                values[split] = (n, "count", f"questions in split {split!r} of dataset {key} as the harness loads it")
             else:
-                not_run[col] = f"dataset {key} has no {split!r} split in this profile"
+                not_run[split] = f"dataset {key} has no {split!r} split in this profile"
         write_json(out / f"{NAME}.c3-{row}.json", _metric(f"{NAME}.c3-{row}", str(job.dataset), values,
                                                            not_run=not_run, source_dataset=key))
     return {}
