@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure": ("harness.stages:measure", "run a measure job of the plan (efficiency figures)"),
     "evaluate": ("harness.stages:evaluate", "evaluate every run of a search job (QA top-k accuracy, ir_measures)"),
     "table": ("harness.tables.render", "render one paper table (measured beside published)"),
-    "index-html": ("harness.tables.html", "write results/index.html linking every table"),
+    "report": ("harness.report.site", "build the static site of every table, figure and claim (--open: print its path)"),
     "published": ("harness.tables.published", "print the published numbers of a paper"),
     "regress": ("harness.regress", "compare measured values with configs/expected/<profile>.yaml"),
     "claims": ("harness.claims", "evaluate configs/claims.yaml on measured values"),

@@ -57,6 +57,56 @@ def resources(cfg: Mapping[str, Any], stage: str, wc: Any, what: str) -> int:
     raise KeyError(what)
 
 
+def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tuple[str, str]]]:
+    """job key -> the (paper, table) pairs whose cells it produces, directly (a search job through its
+    evaluation, a measure job) or upstream of them (models, indexes): derived once per plan."""
+    from harness.config import results_root
+    from harness.tables.matrix import published, resolve_table
+    from harness.tables.published import PAPERS
+
+    p = hplan.get(cfg)
+    cached = getattr(p, "_served_tables", None)
+    if cached is not None:
+        return cached
+    R = results_root(cfg)
+    by_output = {}
+    for j in p.concrete("search") + p.concrete("measure"):
+        out = hplan.output(cfg, j)
+        if j.stage == "search":
+            out = R / "eval" / out.relative_to(R / "runs")
+        by_output[str(out)] = (j.stage, j.id, j.dataset)
+    served: dict[tuple[str, str, str | None], set[tuple[str, str]]] = {}
+
+    def visit(key: tuple[str, str, str | None], tables: set[tuple[str, str]]) -> None:
+        if tables <= served.get(key, set()):
+            return
+        served.setdefault(key, set()).update(tables)
+        for ref in p.job(*key).inputs.values():
+            prod = p.producer(ref)
+            if prod is not None:
+                visit(prod, tables)
+
+    for paper in PAPERS:
+        for t in published(paper)["tables"]:
+            _, cells = resolve_table(cfg, paper, t["id"])
+            for key in {by_output.get(str(o)) for c in cells if c.kind == "measured" for o in c.outputs} - {None}:
+                visit(key, {(paper, t["id"])})
+    p._served_tables = served  # type: ignore[attr-defined]  # the plan is cached per config
+    return served
+
+
+def serves(cfg: Mapping[str, Any], stage: str, job_id: str, dataset: str | None) -> str:
+    """Which paper tables a job of a rule serves, for the rule's message: ``svdr Table 1, 2; bpr Table 8``."""
+    job = hplan.get(cfg).job(RULE_STAGE[stage], job_id, None if stage == "train" else dataset)
+    tables = _served(cfg).get((job.stage, job.id, job.dataset), set())
+    if not tables:
+        return "no paper table (claims, regression or figures only)"
+    by_paper: dict[str, list[str]] = {}
+    for paper, table in sorted(tables):
+        by_paper.setdefault(paper, []).append(table)
+    return "; ".join(f"{paper} Table {', '.join(ts)}" for paper, ts in by_paper.items())
+
+
 def ids(cfg: Mapping[str, Any], stage: str) -> list[str]:
     return hplan.get(cfg).ids(RULE_STAGE[stage]) or ["none"]
 

@@ -21,6 +21,19 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def smoke_run(repo, tmp_path_factory):
+    """The whole DAG on the smoke profile, once per session, into a temporary results folder:
+    (results folder, the finished snakemake process). Tests that use it are marked slow."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("smoke-run")
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "--cores", "2", "reproduce_all",
+                        "--config", f"results_dir={out}"], cwd=repo, capture_output=True, text=True, timeout=2400)
+    return out, r
+
+
 @pytest.fixture(autouse=True)
 def _no_network_downloads(monkeypatch):
     # Tests never reach the internet: any download that is not served from a mirror fails fast.

@@ -25,7 +25,7 @@ def test_dry_run_reproduce_all(repo, tmp_path, profile):
     r = smk(repo, *args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout + r.stderr
-    rules = ["table", "train", "index", "search", "measure", "evaluate", "claims", "index_html"]
+    rules = ["table", "train", "index", "search", "measure", "evaluate", "claims", "report"]
     if (repo / "configs" / "expected" / f"{profile or 'smoke'}.yaml").exists():
         rules.append("regression")
     for rule in rules:
@@ -59,9 +59,9 @@ def test_conda_env_pins_match_pyproject(repo):
 
 
 @pytest.mark.slow
-def test_full_smoke_run(repo, tmp_path):
-    """The whole DAG on the smoke profile, into a temporary results folder."""
-    r = smk(repo, "--cores", "2", "reproduce_all", "--config", f"results_dir={tmp_path}", timeout=1800)
+def test_full_smoke_run(smoke_run):
+    """The whole DAG on the smoke profile, into a temporary results folder (shared with the report's browser test)."""
+    tmp_path, r = smoke_run
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     with open(tmp_path / "tables" / "svdr" / "1.csv", encoding="utf-8") as fh:
         rows = {(x["row"], x["column"]): x for x in csv.DictReader(fh)}
@@ -69,8 +69,10 @@ def test_full_smoke_run(repo, tmp_path):
         for k in ("1", "5", "20"):
             cell = rows[(system, f"NQ top{k}")]
             assert cell["status"] == "stand-in" and 0.0 <= float(cell["measured"]) <= 100.0
-    assert (tmp_path / "index.html").exists()
+    assert (tmp_path / "index.html").exists() and (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "smoke" / "regression.json").exists()
+    # the log says which paper tables each job serves
+    assert "rule index: svdr.token on smoke serves svdr Table 1" in r.stdout + r.stderr
     claims = list(csv.DictReader(open(tmp_path / "claims" / "smoke.csv", encoding="utf-8")))
     assert claims and set(claims[0]) == {"claim_id", "paper", "holds", "measured", "detail"}
     # every published table rendered

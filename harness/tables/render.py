@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.config import add_config_argument, load_config
-from harness.io import atomic_write_text
+from harness.io import atomic_write_text, read_json
 from harness.measured import find
 from harness.tables.matrix import SCALE, Cell, column_spec, load_matrix, resolve_table
 from harness.tables.published import format_value, load_published
@@ -85,6 +86,16 @@ def _pub(c: Cell) -> str:
     return f"{text} {c.unit}" if c.unit in _SHOW_UNIT else text
 
 
+def format_measured(x: float | None, unit: str) -> str:
+    """A measured value as the tables print it (two decimals for ratios and sizes, else one)."""
+    return _num(x, 2 if unit in {"ratio", "GB", "MB"} else 1)
+
+
+def format_published(c: Cell) -> str:
+    """A published value as the tables print it (its literal, with the unit where one is shown)."""
+    return _pub(c)
+
+
 def _num(x: float | None, digits: int = 1) -> str:
     if x is not None and x != 0 and abs(x) < 1.0 and digits < 4:
         return f"{x:.3g}"  # three significant digits below 1 (e.g. ms per query, seconds in a column printed in hours)
@@ -131,12 +142,11 @@ def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[s
                 vals.append(f"— / {_pub(c)} ⁽{reasons[c.reason]}⁾")
             else:
                 diff = "" if c.published is None else f" ({c.measured - c.published:+.1f})"
-                digits = 2 if c.unit in {"ratio", "GB", "MB"} else 1
                 dev = f" ({c.device})" if c.device else ""
                 if c.projected:  # scaled from a measured fraction: never shown as a measurement
-                    vals.append(f"*{_num(c.measured, digits)} projected*{dev} / {_pub(c)} projected")
+                    vals.append(f"*{format_measured(c.measured, c.unit)} projected*{dev} / {_pub(c)} projected")
                     continue
-                vals.append(f"**{_num(c.measured, digits)}**{dev} / {_pub(c)}{diff} {c.status}")
+                vals.append(f"**{format_measured(c.measured, c.unit)}**{dev} / {_pub(c)}{diff} {c.status}")
         out.append("| " + " | ".join([row] + vals) + " |")
     out.append("")
     out.append("Status: OK / OKish / FAIL = within / near / outside the tolerance of the published value on the "
@@ -164,27 +174,108 @@ def to_csv(paper: str, table: str, cells: list[Cell]) -> str:
     return buf.getvalue()
 
 
+def _provenance(cfg: Mapping[str, Any], c: Cell) -> dict[str, Any]:
+    """Where a measured cell comes from: the file, and the meta.json of the job that made it (the search
+    job's run folder for an evaluation file, the measure job's folder for a metrics file)."""
+    from harness.config import results_root
+    from harness.meta import META
+
+    if c.kind != "measured" or c.source is None:
+        return {}
+    src = Path(c.source)
+    folder = src.parent
+    root = results_root(cfg)
+    try:
+        rel = folder.relative_to(root / "eval")
+        folder = root / "runs" / rel
+    except ValueError:
+        pass
+    out: dict[str, Any] = {"source": str(src)}
+    meta_path = folder / META
+    if meta_path.exists():
+        meta = read_json(meta_path)
+        out.update({k: meta.get(k) for k in ("job", "config_hash", "git_commit", "created", "hardware", "seconds")})
+        out["meta"] = str(meta_path)
+    return out
+
+
+def to_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, Any], cells: list[Cell]) -> dict[str, Any]:
+    """The table as data for the report (harness/report): the paper's shape (rows, columns, groups),
+    captions, and per cell the values, status and provenance (system, dataset, evaluation rule,
+    config hash, commit, hardware, measured or projected)."""
+    from harness.meta import git_commit, hardware
+
+    tmatrix = load_matrix(paper)["tables"].get(table, {})
+    rule = tmatrix.get("answer_rule")
+    out_cells = []
+    for c in cells:
+        rec: dict[str, Any] = {
+            "row": c.row, "column": c.column, "measure": c.measure or "", "unit": c.unit,
+            "published": None if c.published is None else float(c.published),
+            "published_text": "" if c.published is None else format_value(c.published),
+            "measured": c.measured, "status": c.status or c.kind, "kind": c.kind,
+            "system": c.system or "", "dataset": c.dataset or "",
+            "dataset_id": cfg["datasets"][c.dataset]["id"] if c.dataset in cfg["datasets"] else "",
+            "reason": c.reason if c.kind != "measured" else "", "note": c.note or "",
+            "device": c.device or "", "projected": c.projected,
+        }
+        if c.kind == "measured":
+            m = c.measure or ""
+            rec["evaluation"] = (f"timing/size figure ({m})" if m.startswith("metric:")
+                                 else f"answer rule {rule} (harness.evaluate.qa)" if rule
+                                 else f"ir_measures {m}")
+            rec["provenance"] = _provenance(cfg, c)
+        out_cells.append(rec)
+    return {
+        "paper": paper, "table": table, "title": tinfo["title"], "published_caption": tinfo.get("caption", ""),
+        "profile": cfg["profile"], "description": cfg.get("description", ""),
+        "caption": caption(cfg, paper, table, tinfo, cells)[2:],
+        "rows": list(tinfo["rows"]), "columns": list(tinfo["columns"]), "row_groups": dict(tinfo.get("row_groups") or {}),
+        "git_commit": git_commit(), "hardware": hardware(), "cells": out_cells,
+    }
+
+
 def table_path(cfg: Mapping[str, Any], paper: str, table: str) -> Path:
     """Where a table lands: <results_dir>/tables/<paper>/<table>.md (csv beside it)."""
     return Path(cfg["results_dir"]) / "tables" / paper / f"{table}.md"
 
 
-def render(cfg: Mapping[str, Any], paper: str, table: str, md: Path | None = None) -> tuple[Path, Path]:
+def record_path(cfg: Mapping[str, Any], paper: str, table: str) -> Path:
+    """The profile's own copy of a table as data, for the report: <results_dir>/<profile>/tables/<paper>/<table>.json
+    (the .md/.csv under <results_dir>/tables hold the profile rendered last; these stay per profile)."""
+    from harness.config import results_root
+
+    return results_root(cfg) / "tables" / paper / f"{table}.json"
+
+
+def render(cfg: Mapping[str, Any], paper: str, table: str, md: Path | None = None,
+           record: Path | None = None) -> tuple[Path, Path]:
     load_published(paper)
     tinfo, cells = fill(cfg, paper, table)
     md = Path(md) if md is not None else table_path(cfg, paper, table)
     csv_path = md.with_suffix(".csv")
     atomic_write_text(csv_path, to_csv(paper, table, cells))
+    rec = to_record(cfg, paper, table, tinfo, cells)
     text = to_markdown(cfg, paper, table, tinfo, cells)
-    links = attach_figures(cfg, paper, table, cells, md)
+    attached = attach_figures(cfg, paper, table, cells, md)
+    links = [line for _, _, line in attached]
     atomic_write_text(md, text + ("\n" + "\n".join(links) + "\n" if links else ""))
+    # the measure job's own file (per profile), not the copy beside the table (the profile rendered last)
+    rec["figures"] = [{"name": name, "source": None if src is None else str(src), "note": line}
+                      for name, src, line in attached]
+    rec["csv"] = str(csv_path)
+    path = Path(record) if record is not None else record_path(cfg, paper, table)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
     return md, csv_path
 
 
-def attach_figures(cfg: Mapping[str, Any], paper: str, table: str, cells: list[Cell], md: Path) -> list[str]:
+def attach_figures(cfg: Mapping[str, Any], paper: str, table: str, cells: list[Cell],
+                   md: Path) -> list[tuple[str, Path | None, str]]:
     """Copy the files the matrix's ``figures`` names (plots, text tables written by a measure job
     beside its metrics: the folder of a measured cell's source, else a measure job's folder of a
-    measured cell's dataset) next to the table as ``<table>-<name>`` and return the lines linking them."""
+    measured cell's dataset) next to the table as ``<table>-<name>``; per file (name, the measure job's
+    file or None, the markdown line linking it or saying it was not run)."""
     import shutil
 
     from harness.config import results_root
@@ -197,12 +288,12 @@ def attach_figures(cfg: Mapping[str, Any], paper: str, table: str, cells: list[C
             found += sorted((results_root(cfg) / "metrics" / d).glob(f"*/{name}"))
         src = next((f for f in found if f.is_file()), None)
         if src is None:
-            lines.append(f"Figure {name}: not run (no measured cell of this table comes with it).")
+            lines.append((name, None, f"Figure {name}: not run (no measured cell of this table comes with it)."))
             continue
         dest = Path(md).parent / f"{table}-{name}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
-        lines.append(f"Figure: [{dest.name}]({dest.name}) (written by the measure job beside `{src}`).")
+        lines.append((name, src, f"Figure: [{dest.name}]({dest.name}) (written by the measure job beside `{src}`)."))
     return lines
 
 
@@ -212,8 +303,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--paper", required=True)
     ap.add_argument("--table", required=True)
     ap.add_argument("--out", type=Path, default=None, help="markdown path (default <results_dir>/tables/<paper>/<table>.md)")
+    ap.add_argument("--record", type=Path, default=None,
+                    help="the table as JSON for the report (default <results_dir>/<profile>/tables/<paper>/<table>.json)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    md, _ = render(cfg, args.paper, args.table, args.out)
+    md, _ = render(cfg, args.paper, args.table, args.out, args.record)
     print(f"wrote {md}")
     return 0

@@ -80,6 +80,19 @@ def stage_hash(stage):
     return job_hash
 
 
+class _Serves:
+    """``{SERVES:<stage>/<job>[/<dataset>]}`` in a rule's message: the paper tables that job serves.
+    A message rather than a param, so that it never makes Snakemake re-run a job (params are a
+    re-run trigger; the tables a job serves change when a matrix does, the job does not)."""
+
+    def __format__(self, spec):
+        stage, job, dataset = (spec.split("/", 2) + [""])[:3]
+        return hwf.serves(config, stage, job, dataset or None)
+
+
+SERVES = _Serves()
+
+
 def stage_resource(stage, what):
     def resource(wildcards):
         return hwf.resources(config, stage, wildcards, what)

@@ -1,31 +1,34 @@
-rule index_html:
-    """results/index.html linking every table and the claims report."""
+rule report:
+    """The static site (results/site/): every table of every profile found under results/, the figures
+    drawn from them (configs/figures.yaml), the claims; results/index.html points to it."""
     input:
-        tables=ALL_TABLES,
+        tables=TABLE_RECORDS,
         claims=f"{config['results_dir']}/claims/{config['profile']}.csv",
+        figures="configs/figures.yaml",
     output:
-        f"{config['results_dir']}/index.html",
+        site=directory(f"{config['results_dir']}/site"),
+        index=f"{config['results_dir']}/index.html",
     params:
         cfg=CFG,
         h=report_hash,
     log:
-        f"{R}/logs/tables/index-html.log",
+        f"{R}/logs/report.log",
     benchmark:
-        f"{R}/benchmarks/tables/index-html.tsv"
+        f"{R}/benchmarks/report.tsv"
     conda:
         "../envs/harness.yaml"
     resources:
-        mem_mb=500,
+        mem_mb=1000,
         gpu=0,
     shell:
-        "python -m harness --log {log} index-html --config {params.cfg} --tables {input.tables} --claims {input.claims} --out {output}"
+        "python -m harness --log {log} report --config {params.cfg} --out {output.site} --index {output.index}"
 
 
 rule reproduce_all:
-    """Every table, the index page, claims, regression, and every run and measurement of the plan."""
+    """Every table, the report site, claims, regression, and every run and measurement of the plan."""
     input:
         ALL_TABLES,
-        f"{config['results_dir']}/index.html",
+        f"{config['results_dir']}/site",
         f"{config['results_dir']}/claims/{config['profile']}.csv",
         REGRESSION,
         DECONTAM_REPORT,

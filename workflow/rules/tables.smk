@@ -1,11 +1,12 @@
 rule table:
-    """One paper table: measured beside published (md + csv)."""
+    """One paper table: measured beside published (md + csv), and the profile's copy as data for the report."""
     input:
         table_inputs,
         published="configs/published/{paper}.yaml",
     output:
         md=f"{TABLES_DIR}/{{paper}}/{{table}}.md",
         csv=f"{TABLES_DIR}/{{paper}}/{{table}}.csv",
+        record=f"{R}/tables/{{paper}}/{{table}}.json",
     params:
         cfg=CFG,
         h=report_hash,
@@ -19,10 +20,11 @@ rule table:
         mem_mb=1000,
         gpu=0,
     shell:
-        "python -m harness --log {log} table --config {params.cfg} --paper {wildcards.paper} --table {wildcards.table} --out {output.md}"
+        "python -m harness --log {log} table --config {params.cfg} --paper {wildcards.paper} --table {wildcards.table} --out {output.md} --record {output.record}"
 
 
 ALL_TABLES = [f"{TABLES_DIR}/{p}/{t}.md" for p, t in TABLES]
+TABLE_RECORDS = [f"{R}/tables/{p}/{t}.json" for p, t in TABLES]
 
 
 # One named target per paper table: `snakemake --cores all svdr_table1`.

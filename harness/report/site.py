@@ -1,0 +1,484 @@
+"""`python -m harness report`: the reproduction as one static web site (no server; open it from disk).
+
+``<results_dir>/site/``:
+
+* ``index.html`` — per paper its tables (cells by status: OK / OKish / FAIL / stand-in / projected /
+  not run ...) and figures, the claims, which profiles the site shows, and what produced them;
+* ``<paper>/table-<id>.html`` — one table in the paper's shape (row groups, columns as printed), each
+  cell the measured value of every profile that rendered it beside the published value, the
+  difference and the status as a word and a colour; the caption, deviations, notes and the not-run
+  reasons; per measured cell its provenance (hover, and a detail row: system, dataset, evaluation
+  rule, config hash, commit, hardware, measured or projected);
+* ``<paper>/figure-<id>.html`` — the figures of configs/figures.yaml drawn from those cells
+  (:mod:`harness.report.figures`, PNG and SVG), and the plots measure jobs wrote themselves;
+* ``claims.html`` — every claim of configs/claims.yaml, holds / fails / not run per profile.
+
+Its input is what the table and claims rules wrote: ``<results_dir>/<profile>/tables/<paper>/<table>.json``
+(:func:`harness.tables.render.to_record`) and ``<results_dir>/claims/<profile>.csv``, for the profile
+being reported and every other profile found under ``<results_dir>`` (smoke, small, paper, ...), so a
+table page shows the profiles side by side. ``results/index.html`` points to the site.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import os
+import re
+import shutil
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.config import add_config_argument, load_config
+from harness.errors import ConfigError, DataError
+from harness.io import atomic_path, atomic_write_text, read_json
+
+#: status -> CSS class; every status is also printed as its word (the page reads without colour)
+STATUS_CLASS = {"OK": "ok", "OKish": "okish", "FAIL": "fail", "stand-in": "standin", "projected": "projected",
+                "no published value": "nopub", "not run": "notrun", "published only": "pubonly", "text": "text"}
+COUNTED = ("OK", "OKish", "FAIL", "stand-in", "projected", "no published value", "not run")
+PROFILE_ORDER = ("smoke", "ci", "small", "scale", "paper")
+SHOW_UNIT = {"ms", "s", "m", "h", "GB", "MB", "Q/s", "x"}
+IMAGE_SUFFIXES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em auto;max-width:92em;padding:0 1em;color:#222}
+h1{font-size:1.5em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ccc}h3{font-size:1.05em}
+a{color:#1a55a8}nav{margin-bottom:1em;font-size:.9em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.85em}
+th,td{border:1px solid #d4d4d4;padding:.25em .45em;vertical-align:top;text-align:left}
+th{background:#f2f2f2}tr.group th{background:#e6ecf5;text-align:left}
+td.cell div{white-space:nowrap}.m .measured{font-weight:600}.prof{color:#666;font-size:.85em}
+.pub{color:#555}.diff{color:#555}.status{font-size:.8em;padding:0 .3em;border-radius:3px;margin-left:.2em}
+.ok .status,.status.ok{background:#c9efc9}.okish .status,.status.okish{background:#f9e8a6}
+.fail .status,.status.fail{background:#f6c1c1}.standin .status,.status.standin{background:#d6e4f5}
+.projected .status,.status.projected{background:#e6d9f5}.nopub .status,.status.nopub{background:#eee}
+.notrun .status,.status.notrun{background:#e4e4e4;color:#555}.pubonly .status,.status.pubonly{background:#f4f4f4}
+td.ok{background:#f1fbf1}td.okish{background:#fdf8e6}td.fail{background:#fdf0f0}td.standin{background:#f3f7fc}
+td.projected{background:#f8f4fc}td.notrun{background:#fafafa}
+.caption{background:#fafafa;border-left:3px solid #bbb;padding:.3em .8em;font-size:.9em}
+.small{font-size:.8em;color:#555}details{margin:.5em 0}img.fig{max-width:100%;border:1px solid #ddd}
+pre{background:#f6f6f6;padding:.6em;overflow:auto;font-size:.8em}
+.counts span{margin-right:.6em;white-space:nowrap}
+a.prov{font-size:.75em;font-style:italic;font-weight:600;text-decoration:none;border:1px solid #1a55a8;border-radius:50%;padding:0 .35em;margin-left:.2em}
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------
+def site_dir(cfg: Mapping[str, Any]) -> Path:
+    return Path(cfg["results_dir"]) / "site"
+
+
+def profile_order(found: list[str], primary: str) -> list[str]:
+    """The profile being reported first, then the others in the order smoke, ci, small, scale, paper, rest."""
+    rank = {p: i for i, p in enumerate(PROFILE_ORDER)}
+    return [primary] + sorted((p for p in found if p != primary), key=lambda p: (rank.get(p, len(rank)), p))
+
+
+def discover(results_dir: Path) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
+    """profile -> (paper, table) -> the table's record, for every profile that rendered tables."""
+    out: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+    if not results_dir.is_dir():
+        return out
+    for prof in sorted(results_dir.iterdir()):
+        tables = prof / "tables"
+        if not tables.is_dir():
+            continue
+        for path in sorted(tables.glob("*/*.json")):
+            rec = read_json(path)
+            if not isinstance(rec, dict) or "cells" not in rec or "paper" not in rec:
+                raise DataError(f"{path}: not a table record (no 'paper'/'cells')",
+                                fix=f"render the table again: snakemake --cores all {path.parent.name}_table...")
+            out.setdefault(rec.get("profile", prof.name), {})[(rec["paper"], rec["table"])] = rec
+    return out
+
+
+def read_claims(results_dir: Path, profiles: list[str]) -> dict[str, list[dict[str, str]]]:
+    out = {}
+    for p in profiles:
+        path = results_dir / "claims" / f"{p}.csv"
+        if path.exists():
+            with open(path, encoding="utf-8") as fh:
+                out[p] = list(csv.DictReader(fh))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# html helpers
+# --------------------------------------------------------------------------------------------
+def esc(x: Any) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_") or "x"
+
+
+def page(title: str, body: list[str], depth: int) -> str:
+    up = "../" * depth
+    return "\n".join([
+        "<!doctype html>", "<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{esc(title)}</title><link rel='stylesheet' href='{up}style.css'></head><body>",
+        f"<nav><a href='{up}index.html'>Reproduction results</a> · <a href='{up}claims.html'>Claims</a></nav>",
+        *body, "</body></html>", ""])
+
+
+def fmt(x: float | None, unit: str) -> str:
+    from harness.tables.render import format_measured
+
+    text = format_measured(x, unit)
+    return f"{text} {unit}" if text and unit in SHOW_UNIT else text
+
+
+def status_span(status: str) -> str:
+    return f"<span class='status {STATUS_CLASS.get(status, 'text')}'>{esc(status)}</span>"
+
+
+def counts(rec: Mapping[str, Any]) -> Counter:
+    return Counter(c["status"] for c in rec["cells"] if c["status"] in COUNTED)
+
+
+def counts_html(cnt: Counter) -> str:
+    if not cnt:
+        return "<span class='small'>no numeric cell</span>"
+    return "<span class='counts'>" + "".join(
+        f"<span>{status_span(s)} {cnt[s]}</span>" for s in COUNTED if cnt.get(s)) + "</span>"
+
+
+def provenance_text(c: Mapping[str, Any], profile: str) -> str:
+    prov = c.get("provenance") or {}
+    hw = prov.get("hardware") or {}
+    parts = [f"profile {profile}", f"system {c['system']}", f"dataset {c['dataset']} ({c.get('dataset_id', '')})",
+             c.get("evaluation", ""), "projected (scaled from a measured fraction)" if c.get("projected") else "measured",
+             f"device {c['device']}" if c.get("device") else "", f"config hash {prov.get('config_hash') or '?'}",
+             f"commit {prov.get('git_commit') or '?'}",
+             f"hardware {hw.get('cpu', '?')}, {hw.get('cpus', '?')} cores" if hw else ""]
+    return " · ".join(p for p in parts if p)
+
+
+def rel(path: Path, start: Path) -> str:
+    return os.path.relpath(path, start).replace(os.sep, "/")
+
+
+# --------------------------------------------------------------------------------------------
+# pages
+# --------------------------------------------------------------------------------------------
+class Site:
+    """Everything the pages need: the records of every profile, the figures, the output folder."""
+
+    def __init__(self, cfg: Mapping[str, Any], out: Path) -> None:
+        from harness.tables.matrix import published
+        from harness.tables.published import PAPERS
+
+        self.cfg = cfg
+        self.results = Path(cfg["results_dir"])
+        self.final = out          # where the site will live (links to results files are computed from here)
+        self.records = discover(self.results)
+        primary = cfg["profile"]
+        if primary not in self.records:
+            raise DataError(f"no table of profile {primary!r} under {self.results}/{primary}/tables",
+                            fix="render the tables first: snakemake --cores all reproduce_all (or the report target)")
+        self.profiles = profile_order(list(self.records), primary)
+        self.papers = [(p, published(p)) for p in PAPERS]
+        self.claims = read_claims(self.results, self.profiles)
+        self.figures: dict[tuple[str, str], Any] = {}
+
+    def table_records(self, paper: str, table: str) -> dict[str, dict[str, Any]]:
+        return {p: self.records[p][(paper, table)] for p in self.profiles if (paper, table) in self.records[p]}
+
+    # ---- build --------------------------------------------------------------------------
+    def build(self, root: Path) -> list[Path]:
+        from harness.report.figures import check_against_tables, draw, load_figures
+
+        written = []
+        (root / "style.css").write_text(CSS.lstrip(), encoding="utf-8")
+        specs = load_figures()
+        check_against_tables(specs, {(p, t["id"]): t for p, doc in self.papers for t in doc["tables"]})
+        for spec in specs:
+            recs = self.table_records(spec["paper"], spec["table"])
+            if recs:
+                self.figures[(spec["paper"], spec["id"])] = draw(spec, recs, self.profiles, root / spec["paper"] / "img")
+        for paper, doc in self.papers:
+            for t in doc["tables"]:
+                recs = self.table_records(paper, t["id"])
+                if recs:
+                    written.append(self.write(root, f"{paper}/table-{slug(t['id'])}.html",
+                                              self.table_page(root, paper, t, recs)))
+            for (fp, fid), drawn in self.figures.items():
+                if fp == paper:
+                    written.append(self.write(root, f"{paper}/figure-{fid}.html", self.figure_page(paper, drawn)))
+        written.append(self.write(root, "claims.html", self.claims_page()))
+        written.append(self.write(root, "index.html", self.index_page()))
+        return written
+
+    @staticmethod
+    def write(root: Path, name: str, text: str) -> Path:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    # ---- index ----------------------------------------------------------------------------
+    def index_page(self) -> str:
+        primary = self.profiles[0]
+        any_rec = next(iter(self.records[primary].values()))
+        hw = any_rec.get("hardware") or {}
+        body = [f"<h1>Reproduction results — profile <code>{esc(primary)}</code></h1>",
+                f"<p>{esc(any_rec.get('description', ''))}</p>",
+                "<p class='small'>Profiles shown side by side: " + ", ".join(
+                    f"<code>{esc(p)}</code> ({len(self.records[p])} tables)" for p in self.profiles)
+                + f". Rendered from commit <code>{esc(any_rec.get('git_commit'))}</code> on "
+                  f"{esc(hw.get('cpu', '?'))} ({esc(hw.get('cpus', '?'))} cores, {esc(hw.get('mem_gb', '?'))} GB). "
+                  "Each table page names, per cell, the commit, config hash and hardware of the job that measured it.</p>",
+                "<p class='small'>Status: " + " ".join(status_span(s) for s in COUNTED) + " — OK / OKish / FAIL: within / "
+                "near / outside the tolerance of the published value on the paper's own dataset; stand-in: measured on a "
+                "substitute dataset; projected: scaled from a measured fraction; not run: the reason is on the table page.</p>"]
+        for paper, doc in self.papers:
+            body.append(f"<h2 id='{esc(paper)}'>{esc(paper.upper())}: {esc(doc['title'])}</h2>")
+            body.append("<table><tr><th>table</th><th>title</th>" + "".join(
+                f"<th>cells ({esc(p)})</th>" for p in self.profiles) + "</tr>")
+            for t in doc["tables"]:
+                recs = self.table_records(paper, t["id"])
+                if not recs:
+                    continue
+                link = f"<a href='{esc(paper)}/table-{esc(slug(t['id']))}.html'>Table {esc(t['id'])}</a>"
+                body.append(f"<tr><td>{link}</td><td>{esc(t['title'])}</td>" + "".join(
+                    f"<td>{counts_html(counts(recs[p])) if p in recs else '<span class=small>not rendered</span>'}</td>"
+                    for p in self.profiles) + "</tr>")
+            body.append("</table>")
+            figs = [(fid, d) for (fp, fid), d in self.figures.items() if fp == paper]
+            if figs:
+                body.append("<p>Figures: " + " · ".join(
+                    f"<a href='{esc(paper)}/figure-{esc(fid)}.html'>{esc(d.spec['title'])}</a> "
+                    f"{status_span('not run') if d.status == 'not run' else ''}" for fid, d in figs) + "</p>")
+        body.append("<h2>Claims</h2><table><tr><th>profile</th><th>holds</th><th>fails</th><th>not run</th></tr>")
+        for p in self.profiles:
+            rows = self.claims.get(p)
+            if rows is None:
+                body.append(f"<tr><td>{esc(p)}</td><td colspan='3' class='small'>claims not checked</td></tr>")
+                continue
+            c = Counter(r["holds"] for r in rows)
+            body.append(f"<tr><td>{esc(p)}</td><td>{c.get('true', 0)}</td><td>{c.get('false', 0)}</td>"
+                        f"<td>{c.get('not run', 0)}</td></tr>")
+        body.append("</table><p><a href='claims.html'>Every claim, with measured values and statements</a></p>")
+        return page("Reproduction results", body, 0)
+
+    # ---- one table ------------------------------------------------------------------------
+    def table_page(self, root: Path, paper: str, t: Mapping[str, Any], recs: Mapping[str, Mapping[str, Any]]) -> str:
+        primary = next(iter(recs))
+        base = recs[primary]
+        grid = {p: {(c["row"], c["column"]): c for c in r["cells"]} for p, r in recs.items()}
+        reasons: dict[str, int] = {}
+        for p, r in recs.items():
+            for c in r["cells"]:
+                if c["kind"] == "not run" and c.get("reason"):
+                    reasons.setdefault(f"{c['reason']}", len(reasons) + 1)
+        prov_ids: dict[tuple[str, str, str], str] = {}
+        body = [f"<h1>{esc(paper.upper())} Table {esc(t['id'])}: {esc(t['title'])}</h1>",
+                f"<p class='caption'><b>Published caption.</b> {esc(base.get('published_caption', ''))}</p>"]
+        for p, r in recs.items():
+            body.append(f"<div class='caption'><b>Profile <code>{esc(p)}</code>.</b> "
+                        + "<br>".join(esc(line.replace("**", "").replace("`", "")) for line in r["caption"] if line)
+                        + "</div>")
+        groups = {row: g for g, rows in (base.get("row_groups") or {}).items() for row in rows}
+        body.append(f"<table class='paper' id='table' data-paper='{esc(paper)}' data-table='{esc(t['id'])}'>")
+        body.append("<thead><tr><th>system</th>" + "".join(f"<th>{esc(c)}</th>" for c in base["columns"]) + "</tr></thead><tbody>")
+        last_group = None
+        for row in base["rows"]:
+            g = groups.get(row)
+            if g and g != last_group:
+                body.append(f"<tr class='group'><th colspan='{len(base['columns']) + 1}'>{esc(g)}</th></tr>")
+            last_group = g
+            tds = []
+            for col in base["columns"]:
+                tds.append(self.cell_html(paper, row, col, grid, reasons, prov_ids))
+            body.append(f"<tr><th>{esc(row)}</th>{''.join(tds)}</tr>")
+        body.append("</tbody></table>")
+        body.append("<p class='small'>Each cell: the measured value of each profile (bold; projected in italics) with "
+                    "its difference from the published value and its status, then the published value. Hover a cell, "
+                    "or follow its (i), for where the number comes from.</p>")
+        if reasons:
+            body.append("<h2>Not run</h2><ol class='reasons'>" + "".join(
+                f"<li id='r{n}'>{esc(r)}</li>" for r, n in reasons.items()) + "</ol>")
+        body += self.job_figures(root, paper, t["id"], recs)
+        figs = [(fid, d) for (fp, fid), d in self.figures.items() if fp == paper and d.spec["table"] == t["id"]]
+        for fid, d in figs:
+            body.append(f"<h2>Figure</h2><p><a href='figure-{esc(fid)}.html'>{esc(d.spec['title'])}</a></p>"
+                        f"<a href='figure-{esc(fid)}.html'><img class='fig' src='img/{esc(fid)}.png' "
+                        f"alt='{esc(d.spec['title'])}'></a>")
+        body.append("<h2>Cell provenance</h2>")
+        for p, r in recs.items():
+            rows = [c for c in r["cells"] if c["kind"] == "measured"]
+            body.append(f"<details open><summary>Profile <code>{esc(p)}</code>: {len(rows)} measured cells "
+                        f"(<a href='{esc(rel(Path(r['csv']), self.final / paper))}'>csv</a>)</summary>")
+            if rows:
+                body.append("<table class='prov'><tr><th>cell</th><th>system</th><th>dataset</th><th>evaluation</th>"
+                            "<th>kind</th><th>config hash</th><th>commit</th><th>hardware</th><th>source</th></tr>")
+                for c in rows:
+                    prov = c.get("provenance") or {}
+                    hw = prov.get("hardware") or {}
+                    src = prov.get("source")
+                    link = (f"<a href='{esc(rel(Path(src), self.final / paper))}'>{esc(Path(src).name)}</a>"
+                            if src and Path(src).exists() else esc(src or ""))
+                    kind = "projected" if c.get("projected") else "measured"
+                    body.append(
+                        f"<tr id='{prov_ids[(p, c['row'], c['column'])]}'><td>{esc(c['row'])} / {esc(c['column'])}</td>"
+                        f"<td>{esc(c['system'])}</td><td>{esc(c['dataset'])} <span class='small'>{esc(c.get('dataset_id'))}</span></td>"
+                        f"<td>{esc(c.get('evaluation'))}</td><td>{kind}{' on ' + esc(c['device']) if c.get('device') else ''}</td>"
+                        f"<td><code>{esc(prov.get('config_hash'))}</code></td><td><code>{esc((prov.get('git_commit') or '')[:12])}</code></td>"
+                        f"<td>{esc(hw.get('cpu', ''))} {esc(hw.get('cpus', ''))}</td><td>{link}</td></tr>")
+                body.append("</table>")
+            body.append("</details>")
+        return page(f"{paper.upper()} Table {t['id']}", body, 1)
+
+    def cell_html(self, paper: str, row: str, col: str, grid: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any]]],
+                  reasons: Mapping[str, int], prov_ids: dict[tuple[str, str, str], str]) -> str:
+        cells = {p: g.get((row, col)) for p, g in grid.items()}
+        first = next((c for c in cells.values() if c is not None), None)
+        if first is None:
+            return "<td></td>"
+        primary = next(iter(cells.values())) or first
+        attrs = f"data-row='{esc(row)}' data-column='{esc(col)}'"
+        if first["kind"] == "text":
+            return f"<td class='cell text' {attrs}>{esc((first.get('note') or '').removeprefix('text: '))}</td>"
+        pub = esc(first.get("published_text") or "—")
+        if first.get("unit") in SHOW_UNIT and first.get("published_text"):
+            pub += f" {esc(first['unit'])}"
+        lines, titles = [], []
+        for p, c in cells.items():
+            if c is None:
+                continue
+            if c["kind"] == "published only":
+                lines.append(f"<div class='m' data-profile='{esc(p)}'>{status_span('published only')}</div>")
+                break
+            if c["kind"] == "measured":
+                pid = f"prov-{slug(p)}-{len(prov_ids) + 1}"
+                prov_ids[(p, row, col)] = pid
+                value = fmt(c["measured"], c["unit"])
+                value = f"<i>{value}</i>" if c.get("projected") else value
+                diff = ("" if c.get("published") is None or c.get("projected")
+                        else f" <span class='diff'>({c['measured'] - c['published']:+.1f})</span>")
+                dev = f" <span class='small'>{esc(c['device'])}</span>" if c.get("device") else ""
+                lines.append(f"<div class='m' data-profile='{esc(p)}'><span class='prof'>{esc(p)}</span> "
+                             f"<span class='measured'>{value}</span>{dev}{diff} {status_span(c['status'])} "
+                             f"<a class='prov' href='#{pid}' title='provenance'>i</a></div>")
+                titles.append(provenance_text(c, p))
+            else:
+                n = reasons.get(c.get("reason", ""), 0)
+                ref = f" <a href='#r{n}'>[{n}]</a>" if n else ""
+                lines.append(f"<div class='m' data-profile='{esc(p)}'><span class='prof'>{esc(p)}</span> "
+                             f"<span class='measured'>—</span> {status_span(c['status'])}{ref}</div>")
+                titles.append(f"{p}: not run — {c.get('reason', '')}")
+        lines.append(f"<div class='pub'>published <span class='published'>{pub}</span></div>")
+        cls = STATUS_CLASS.get(primary["status"], "text")
+        return f"<td class='cell {cls}' {attrs} title='{esc(chr(10).join(titles))}'>{''.join(lines)}</td>"
+
+    def job_figures(self, root: Path, paper: str, table: str, recs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """The files a table's measure jobs wrote (plots, text tables), per profile."""
+        out = []
+        for p, r in recs.items():
+            for f in r.get("figures") or []:
+                if isinstance(f, str):  # records written before figures carried their source
+                    continue
+                src = f.get("source")
+                title = f"{f['name']} (profile {p}, written by the measure job)"
+                if not src or not Path(src).is_file():
+                    out.append(f"<h2>{esc(f['name'])}</h2><p>{status_span('not run')} {esc(f.get('note', ''))}</p>")
+                    continue
+                src = Path(src)
+                if src.suffix.lower() in IMAGE_SUFFIXES:
+                    name = f"{slug(table)}-{slug(p)}-{src.name}"
+                    (root / paper / "img").mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, root / paper / "img" / name)
+                    out.append(f"<h2>{esc(title)}</h2><img class='fig' src='img/{esc(name)}' alt='{esc(title)}'>")
+                else:
+                    text = src.read_text(encoding="utf-8", errors="replace")
+                    out.append(f"<h2>{esc(title)}</h2><pre>{esc(text)}</pre>")
+        return out
+
+    # ---- one figure -----------------------------------------------------------------------
+    def figure_page(self, paper: str, d: Any) -> str:
+        spec = d.spec
+        body = [f"<h1>{esc(paper.upper())}: {esc(spec['title'])}</h1>",
+                f"<p>From <a href='table-{esc(slug(spec['table']))}.html'>Table {esc(spec['table'])}</a>: "
+                f"{d.measured_points} measured points ({', '.join(esc(p) for p in self.table_records(paper, spec['table']))}), "
+                f"{d.published_points} published points. {status_span(d.status) if d.status == 'not run' else ''}</p>",
+                f"<p><img class='fig' src='img/{esc(spec['id'])}.png' alt='{esc(spec['title'])}'></p>",
+                f"<p class='small'><a href='img/{esc(spec['id'])}.svg'>SVG</a> · "
+                f"<a href='img/{esc(spec['id'])}.png'>PNG</a></p>"]
+        if d.not_run:
+            body.append("<ul>" + "".join(f"<li>{status_span('not run')} {esc(x)}</li>" for x in d.not_run) + "</ul>")
+        return page(spec["title"], body, 1)
+
+    # ---- claims ---------------------------------------------------------------------------
+    def claims_page(self) -> str:
+        from harness.claims import load_claims
+
+        claims = load_claims()
+        body = ["<h1>Claims</h1><p>The papers' directional claims (configs/claims.yaml), checked on each profile's "
+                "measurements: holds / fails / not run.</p>",
+                "<table id='claims'><tr><th>claim</th><th>paper</th><th>statement</th>" + "".join(
+                    f"<th>{esc(p)}</th>" for p in self.profiles) + "</tr>"]
+        by_profile = {p: {r["claim_id"]: r for r in rows} for p, rows in self.claims.items()}
+        word = {"true": ("holds", "ok"), "false": ("fails", "fail"), "not run": ("not run", "notrun")}
+        for c in claims:
+            tds = []
+            for p in self.profiles:
+                r = by_profile.get(p, {}).get(c["id"])
+                if r is None:
+                    tds.append("<td class='small'>not checked</td>")
+                    continue
+                w, cls = word.get(r["holds"], (r["holds"], "text"))
+                tds.append(f"<td class='{cls}' title='{esc(r.get('detail'))}'><span class='status {cls}'>{esc(w)}</span>"
+                           f"<div class='small'>{esc(r.get('measured'))}</div></td>")
+            body.append(f"<tr id='{esc(c['id'])}'><td><code>{esc(c['id'])}</code></td><td>{esc(c['paper'])}</td>"
+                        f"<td>{esc(c['statement'])}<div class='small'>{esc(c.get('source', ''))}</div></td>{''.join(tds)}</tr>")
+        body.append("</table>")
+        return page("Claims", body, 0)
+
+
+def build(cfg: Mapping[str, Any], out: Path | None = None) -> Path:
+    """Build the site into ``out`` (default <results_dir>/site) atomically; returns its index.html."""
+    out = Path(out) if out is not None else site_dir(cfg)
+    site = Site(cfg, out)
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        site.build(tmp)
+    return out / "index.html"
+
+
+def redirect(index: Path, target: Path) -> None:
+    """A page at ``index`` that sends the browser to ``target`` (results/index.html -> site/index.html)."""
+    href = esc(rel(target, index.parent))
+    atomic_write_text(index, "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+                             f"<meta http-equiv='refresh' content='0; url={href}'><title>Reproduction results</title>"
+                             f"</head><body><p><a href='{href}'>Reproduction results</a></p></body></html>\n")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness report", description=__doc__.split("\n\n")[0])
+    add_config_argument(ap)
+    ap.add_argument("--out", type=Path, help="site folder (default <results_dir>/site)")
+    ap.add_argument("--index", type=Path, help="also write a page here that redirects to the site (results/index.html)")
+    ap.add_argument("--open", action="store_true", help="print the path of the built site's index page (builds nothing)")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    out = args.out or site_dir(cfg)
+    if args.open:
+        index = out / "index.html"
+        if not index.exists():
+            raise ConfigError(f"{index} does not exist: the report has not been built for results_dir "
+                              f"{cfg['results_dir']}", fix="snakemake --cores all report (or reproduce_all)")
+        print(index.resolve().as_uri())
+        print(index.resolve())
+        return 0
+    index = build(cfg, out)
+    if args.index:
+        redirect(args.index, index)
+    print(f"wrote {index}")
+    return 0

@@ -1,0 +1,250 @@
+"""The report site (harness/report): table pages against their CSV, profiles side by side, figures,
+provenance, links; the table rule's record; which tables a job serves."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.config import load_config, results_root
+from harness.errors import ConfigError, DataError
+from harness.io import write_json
+from harness.report import figures as hfig
+from harness.report import site as hsite
+from harness.tables.matrix import resolve_table
+from harness.tables.render import render
+from harness.units import UNITS
+
+
+def fake_results(cfg: dict, paper: str, table: str, seed: int) -> int:
+    """Write a measured value for every cell this profile measures (eval or metrics file, and the
+    producing job's meta.json), as the stages would; returns how many cells."""
+    rng = np.random.default_rng(seed)
+    _, cells = resolve_table(cfg, paper, table)
+    n = 0
+    R = results_root(cfg)
+    for c in cells:
+        if c.kind != "measured":
+            continue
+        path = Path(c.sources[0])
+        doc = json.loads(path.read_text()) if path.exists() else {}
+        if c.measure.startswith("metric:"):
+            dim = UNITS.get(c.unit, ("none", 1.0))[0]
+            base = {"time": "s", "bytes": "B", "fraction": "ratio"}.get(dim, c.unit if c.unit in UNITS else "count")
+            doc.setdefault("values", {})[c.measure.removeprefix("metric:")] = {
+                "value": float(rng.uniform(0.1, 1.0)), "unit": base, "kind": "measured", "device": "cpu"}
+            meta_dir = path.parent
+        else:
+            doc.setdefault("measures", {})[c.measure] = float(rng.uniform(0.05, 0.95))
+            meta_dir = R / "runs" / path.parent.relative_to(R / "eval")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, doc)
+        meta_dir.mkdir(parents=True, exist_ok=True)
+        write_json(meta_dir / "meta.json", {"job": meta_dir.name, "config_hash": f"hash-{seed}", "git_commit": "abc123",
+                                            "hardware": {"cpu": "Test CPU", "cpus": 2}, "created": "now", "seconds": 1.0})
+        n += 1
+    return n
+
+
+class Cells(HTMLParser):
+    """(row, column) -> {profile: measured text, 'published': text, 'status:<profile>': status} of a table page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: dict[tuple[str, str], dict[str, str]] = {}
+        self.links: list[str] = []
+        self._cell = None
+        self._profile = None
+        self._span = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("a", "link") and a.get("href"):
+            self.links.append(a["href"])
+        if tag == "img" and a.get("src"):
+            self.links.append(a["src"])
+        if tag == "td" and "data-row" in a:
+            self._cell = self.cells.setdefault((a["data-row"], a["data-column"]), {})
+        elif tag == "div" and self._cell is not None and "data-profile" in a:
+            self._profile = a["data-profile"]
+        elif tag == "span" and self._cell is not None:
+            cls = (a.get("class") or "").split()
+            self._span = "measured" if "measured" in cls else "published" if "published" in cls else (
+                "status" if "status" in cls else None)
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self._cell = self._profile = None
+        if tag == "span":
+            self._span = None
+
+    def handle_data(self, data):
+        if self._cell is None or self._span is None:
+            return
+        if self._span == "published":
+            self._cell["published"] = self._cell.get("published", "") + data
+        elif self._profile and self._span == "measured":
+            self._cell[self._profile] = self._cell.get(self._profile, "") + data
+        elif self._profile and self._span == "status":
+            self._cell[f"status:{self._profile}"] = data
+
+
+def parse(path: Path) -> Cells:
+    p = Cells()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+@pytest.fixture
+def profile(tmp_path):
+    """The smoke config writing into tmp_path, with measured values for SVDR Table 1 and BPR Table 1."""
+    cfg = load_config(overrides={"results_dir": str(tmp_path)})
+    assert fake_results(cfg, "svdr", "1", 1) > 10
+    assert fake_results(cfg, "bpr", "1", 2) > 3
+    for table in ("1", "3", "fig3-ablation"):
+        render(cfg, "svdr", table)
+    render(cfg, "bpr", "1")
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "smoke.csv").write_text(
+        "claim_id,paper,holds,measured,detail\ndpr-beats-bm25-top20,svdr,true,0.5 > 0.4,ok\n", encoding="utf-8")
+    return cfg
+
+
+def test_table_page_matches_its_csv(profile, tmp_path):
+    """Every cell of the CSV is on the page, in its (row, column), with its value and status; nothing else."""
+    index = hsite.build(profile)
+    page = tmp_path / "site" / "svdr" / "table-1.html"
+    cells = parse(page).cells
+    with open(tmp_path / "tables" / "svdr" / "1.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(cells) == len(rows)
+    measured = 0
+    for r in rows:
+        cell = cells[(r["row"], r["column"])]
+        if r["status"] == "text":
+            continue
+        assert cell["published"].strip() == (r["published"] or "—") + (f" {r['unit']}" if r["unit"] in hsite.SHOW_UNIT and r["published"] else "")
+        assert cell["status:smoke"] == r["status"]
+        if r["measured"]:
+            measured += 1
+            assert float(cell["smoke"].split()[0]) == pytest.approx(float(r["measured"]), abs=0.051)
+        else:
+            assert cell["smoke"] == "—"
+    assert measured > 10
+    assert index.name == "index.html" and index.exists()
+
+
+def test_profiles_side_by_side(profile, tmp_path):
+    """A second profile's record of the same table shows in the same cells, after the reported one."""
+    rec_path = tmp_path / "smoke" / "tables" / "svdr" / "1.json"
+    rec = json.loads(rec_path.read_text())
+    rec["profile"] = "small"
+    for c in rec["cells"]:
+        if c["measured"] is not None:
+            c["measured"] = 77.7
+    other = tmp_path / "small" / "tables" / "svdr" / "1.json"
+    other.parent.mkdir(parents=True)
+    other.write_text(json.dumps(rec))
+    hsite.build(profile)
+    cells = parse(tmp_path / "site" / "svdr" / "table-1.html").cells
+    both = [c for c in cells.values() if "small" in c and c["small"] != "—"]
+    assert both and all(c["small"].startswith("77.7") and c["smoke"] != c["small"] for c in both)
+    text = (tmp_path / "site" / "svdr" / "table-1.html").read_text()
+    assert text.index("data-profile='smoke'") < text.index("data-profile='small'")
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "<th>cells (small)</th>" in index
+
+
+def test_provenance_and_links(profile, tmp_path):
+    hsite.build(profile)
+    root = tmp_path / "site"
+    text = (root / "svdr" / "table-1.html").read_text()
+    assert "hash-1" in text and "abc123" in text and "Test CPU" in text   # from the producing job's meta.json
+    assert "title='profile smoke · system " in text                     # hover
+    pages = sorted(root.rglob("*.html"))
+    assert len(pages) >= 5
+    for page in pages:
+        for link in parse(page).links:
+            if link.startswith(("http:", "https:", "#")):
+                continue
+            target = (page.parent / link.split("#")[0]).resolve()
+            assert target.exists(), f"{page}: broken link {link}"
+            anchor = link.partition("#")[2]
+            if anchor:
+                assert f"id='{anchor}'" in target.read_text(), f"{page}: no anchor {anchor} in {target}"
+
+
+def test_not_run_reasons_listed(profile, tmp_path):
+    hsite.build(profile)
+    text = (tmp_path / "site" / "svdr" / "table-3.html").read_text()
+    rec = json.loads((tmp_path / "smoke" / "tables" / "svdr" / "3.json").read_text())
+    reasons = {c["reason"] for c in rec["cells"] if c["kind"] == "not run"}
+    assert reasons
+    for r in reasons:
+        assert hsite.esc(r) in text
+
+
+def test_figures_drawn_from_cells(profile, tmp_path):
+    """A figure's measured points are the table's measured cells in its columns; none -> a not-run panel."""
+    rec = json.loads((tmp_path / "smoke" / "tables" / "bpr" / "1.json").read_text())
+    cols = sorted({c["column"] for c in rec["cells"] if c["measured"] is not None})
+    spec = {"id": "t", "paper": "bpr", "table": "1", "title": "test", "kind": "bars", "columns": cols}
+    d = hfig.draw(spec, {"smoke": rec}, ["smoke"], tmp_path / "img")
+    want = sum(1 for c in rec["cells"] if c["measured"] is not None and c["column"] in cols)
+    assert d.measured_points == want > 0 and d.status == "drawn"
+    assert d.png.stat().st_size > 1000 and d.svg.read_text().lstrip().startswith("<?xml")
+    blank = json.loads(json.dumps(rec))
+    for c in blank["cells"]:
+        c["measured"] = None
+        c["reason"] = "because of a test"
+    d = hfig.draw(dict(spec, id="u"), {"smoke": blank}, ["smoke"], tmp_path / "img")
+    assert d.status == "not run" and d.measured_points == 0 and "because of a test" in d.not_run[0]
+    assert d.published_points > 0
+
+
+def test_every_configured_figure_names_real_columns():
+    from harness.tables.matrix import published
+    from harness.tables.published import PAPERS
+
+    tables = {(p, t["id"]): t for p in PAPERS for t in published(p)["tables"]}
+    specs = hfig.load_figures()
+    hfig.check_against_tables(specs, tables)
+    assert {s["paper"] for s in specs} == set(PAPERS)
+    bad = (dict(specs[0], columns=["no such column"]),)
+    with pytest.raises(ConfigError, match="no column 'no such column'"):
+        hfig.check_against_tables(bad, tables)
+
+
+def test_report_cli_open(profile, tmp_path):
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(f"results_dir: {tmp_path}\n")
+    cmd = [sys.executable, "-m", "harness", "report", "--config", str(cfg_path)]
+    r = subprocess.run([*cmd, "--open"], capture_output=True, text=True)
+    assert r.returncode != 0 and "report has not been built" in r.stderr
+    r = subprocess.run([*cmd, "--index", str(tmp_path / "index.html")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*cmd, "--open"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip().endswith(str((tmp_path / "site" / "index.html").resolve()))
+    assert "site/index.html" in (tmp_path / "index.html").read_text()
+
+
+def test_report_without_tables_fails_clearly(tmp_path):
+    cfg = load_config(overrides={"results_dir": str(tmp_path)})
+    with pytest.raises(DataError, match="no table of profile 'smoke'"):
+        hsite.build(cfg)
+    assert not (tmp_path / "site").exists()
+
+
+def test_jobs_say_which_tables_they_serve(tmp_path):
+    from harness import workflow as hwf
+
+    cfg = load_config(overrides={"results_dir": str(tmp_path)})
+    assert "svdr Table 1" in hwf.serves(cfg, "index", "svdr.token", "smoke")
+    assert "bpr Table" in hwf.serves(cfg, "train", "bpr", None)
+    assert "svdr Table 5" in hwf.serves(cfg, "measure", "svdr.synthetic", "smoke")
