@@ -248,3 +248,12 @@ def test_jobs_say_which_tables_they_serve(tmp_path):
     assert "svdr Table 1" in hwf.serves(cfg, "index", "svdr.token", "smoke")
     assert "bpr Table" in hwf.serves(cfg, "train", "bpr", None)
     assert "svdr Table 5" in hwf.serves(cfg, "measure", "svdr.synthetic", "smoke")
+
+
+def test_progress_batches_count_every_item(capsys):
+    from harness.progress import batches
+
+    starts = list(batches(10, 4, "encode", "doc"))
+    assert starts == [0, 4, 8]
+    err = capsys.readouterr().err
+    assert "encode" in err and "100%" in err and "10.0/10.0" in err

@@ -20,6 +20,7 @@ from harness.errors import DataError
 from harness.io import iter_jsonl
 from harness.methods.base import Context, training_keys, wants_gpu
 from harness.plan import Job, Ref
+from harness.progress import batches
 
 SCHEMA = "dpr.schema.yaml"
 
@@ -114,7 +115,7 @@ class BiEncoder:
         self.p.eval()
         out = []
         with torch.inference_mode():
-            for i in range(0, len(texts), bs):
+            for i in batches(len(texts), bs, "encode passages (dpr)", "passage"):
                 out.append(self.embed_p(self._batch_p(titles[i:i + bs], texts[i:i + bs])).float().numpy())
         return np.concatenate(out) if out else np.zeros((0, self.p.config.hidden_size), np.float32)
 

@@ -48,6 +48,7 @@ from harness.datasets import Query, store
 from harness.errors import ConfigError, DataError
 from harness.methods.base import NOT_TRAINING, Context, training_keys, wants_gpu
 from harness.plan import Job, Ref
+from harness.progress import batches
 
 SCHEMA = "lightretriever.schema.yaml"
 DEFAULTS = fragment_defaults(__file__, SCHEMA)
@@ -686,7 +687,7 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Sequence[str],
     all_rows = [list(x[:maxlen]) for x in full_ids]
     table = model.cache_table(None) if s["dense_doc"] == "light" else None
     with torch.inference_mode():
-        for i in range(0, len(texts), bs):
+        for i in batches(len(texts), bs, "encode corpus (lightretriever)", "doc"):
             rows = all_rows[i:i + bs]
             if s["dense_doc"] == "light" and not (sparse and s["sparse_doc"] == "full"):
                 h = mask = None
