@@ -225,11 +225,11 @@ def test_report_cli_open(profile, tmp_path):
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(f"results_dir: {tmp_path}\n")
     cmd = [sys.executable, "-m", "harness", "report", "--config", str(cfg_path)]
-    r = subprocess.run([*cmd, "--open"], capture_output=True, text=True)
+    r = subprocess.run([*cmd, "--open"], check=False, capture_output=True, text=True)
     assert r.returncode != 0 and "report has not been built" in r.stderr
-    r = subprocess.run([*cmd, "--index", str(tmp_path / "index.html")], capture_output=True, text=True)
+    r = subprocess.run([*cmd, "--index", str(tmp_path / "index.html")], check=False, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([*cmd, "--open"], capture_output=True, text=True)
+    r = subprocess.run([*cmd, "--open"], check=False, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip().endswith(str((tmp_path / "site" / "index.html").resolve()))
     assert "site/index.html" in (tmp_path / "index.html").read_text()
 

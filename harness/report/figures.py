@@ -275,7 +275,7 @@ def _scatter(ax: Any, panel: Mapping[str, Any], rows: list[str], series: list, c
             pts.append((x, y, r))
         if not pts:
             continue
-        px, py, labels = zip(*pts)
+        px, py, _ = zip(*pts)
         if key == "published":
             ax.scatter(px, py, facecolors="none", edgecolors=style["color"], marker="o", s=40, label=style["label"])
             result.published_points += len(pts)

@@ -211,7 +211,7 @@ class Site:
                                               self.table_page(root, paper, t, recs)))
             for (fp, fid), drawn in self.figures.items():
                 if fp == paper:
-                    written.append(self.write(root, f"{paper}/figure-{fid}.html", self.figure_page(paper, drawn)))
+                    written.append(self.write(root, f"{paper}/figure-{fid}.html", self.figure_page(root, paper, drawn)))
         written.append(self.write(root, "claims.html", self.claims_page()))
         written.append(self.write(root, "index.html", self.index_page()))
         return written
@@ -402,17 +402,19 @@ class Site:
         return out
 
     # ---- one figure -----------------------------------------------------------------------
-    def figure_page(self, paper: str, d: Any) -> str:
+    def figure_page(self, root: Path, paper: str, d: Any) -> str:
         spec = d.spec
+        profiles = ", ".join(esc(p) for p in self.table_records(paper, spec["table"]))
         body = [f"<h1>{esc(paper.upper())}: {esc(spec['title'])}</h1>",
-                f"<p>From <a href='table-{esc(slug(spec['table']))}.html'>Table {esc(spec['table'])}</a>: "
-                f"{d.measured_points} measured points ({', '.join(esc(p) for p in self.table_records(paper, spec['table']))}), "
-                f"{d.published_points} published points. {status_span(d.status) if d.status == 'not run' else ''}</p>",
+                (f"<p>From <a href='table-{esc(slug(spec['table']))}.html'>Table {esc(spec['table'])}</a>: "
+                 f"{d.measured_points} measured points ({profiles}), {d.published_points} published points. "
+                 f"{status_span(d.status) if d.status == 'not run' else ''}</p>"),
                 f"<p><img class='fig' src='img/{esc(spec['id'])}.png' alt='{esc(spec['title'])}'></p>",
-                f"<p class='small'><a href='img/{esc(spec['id'])}.svg'>SVG</a> · "
-                f"<a href='img/{esc(spec['id'])}.png'>PNG</a></p>"]
+                (f"<p class='small'><a href='img/{esc(spec['id'])}.svg'>SVG</a> · "
+                 f"<a href='img/{esc(spec['id'])}.png'>PNG</a></p>")]
         if d.not_run:
             body.append("<ul>" + "".join(f"<li>{status_span('not run')} {esc(x)}</li>" for x in d.not_run) + "</ul>")
+        body += self.job_figures(root, paper, spec["table"], self.table_records(paper, spec["table"]))
         return page(spec["title"], body, 1)
 
     # ---- claims ---------------------------------------------------------------------------
@@ -420,8 +422,8 @@ class Site:
         from harness.claims import load_claims
 
         claims = load_claims()
-        body = ["<h1>Claims</h1><p>The papers' directional claims (configs/claims.yaml), checked on each profile's "
-                "measurements: holds / fails / not run.</p>",
+        body = [("<h1>Claims</h1><p>The papers' directional claims (configs/claims.yaml), checked on each profile's "
+                 "measurements: holds / fails / not run.</p>"),
                 "<table id='claims'><tr><th>claim</th><th>paper</th><th>statement</th>" + "".join(
                     f"<th>{esc(p)}</th>" for p in self.profiles) + "</tr>"]
         by_profile = {p: {r["claim_id"]: r for r in rows} for p, rows in self.claims.items()}

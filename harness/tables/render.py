@@ -199,6 +199,25 @@ def _provenance(cfg: Mapping[str, Any], c: Cell) -> dict[str, Any]:
     return out
 
 
+def _evaluation(c: Cell, table_rule: str | None) -> str:
+    """How a measured cell's number was obtained, as its source file says: the answer rule (or gold
+    relevance) and the questions of an evaluation file, the protocol of a metrics entry."""
+    m = c.measure or ""
+    doc = read_json(Path(c.source)) if c.source and Path(c.source).exists() else {}
+    if m.startswith("metric:"):
+        entry = (doc.get("values") or {}).get(m.removeprefix("metric:")) or {}
+        proto = entry.get("protocol") or doc.get("protocol")
+        return f"{m.removeprefix('metric:')}" + (f", timing protocol {proto}" if proto else "")
+    split = f" on {doc['queries']} {doc.get('split', 'test')} queries" if "queries" in doc else ""
+    if doc.get("answer_rule") and m.startswith("Success@"):
+        return f"{m}: answer rule {doc['answer_rule']} (harness.evaluate.qa){split}"
+    if doc.get("relevance") == "gold":
+        return f"{m} (ir_measures): the gold passage of each question is its qrel{split}"
+    if table_rule and not doc:
+        return f"{m}: answer rule {table_rule}"
+    return f"{m} (ir_measures){split}"
+
+
 def to_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, Any], cells: list[Cell]) -> dict[str, Any]:
     """The table as data for the report (harness/report): the paper's shape (rows, columns, groups),
     captions, and per cell the values, status and provenance (system, dataset, evaluation rule,
@@ -220,10 +239,7 @@ def to_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str
             "device": c.device or "", "projected": c.projected,
         }
         if c.kind == "measured":
-            m = c.measure or ""
-            rec["evaluation"] = (f"timing/size figure ({m})" if m.startswith("metric:")
-                                 else f"answer rule {rule} (harness.evaluate.qa)" if rule
-                                 else f"ir_measures {m}")
+            rec["evaluation"] = _evaluation(c, rule)
             rec["provenance"] = _provenance(cfg, c)
         out_cells.append(rec)
     return {

@@ -81,12 +81,13 @@ def stage_hash(stage):
 
 
 class _Serves:
-    """``{SERVES:<stage>/<job>[/<dataset>]}`` in a rule's message: the paper tables that job serves.
+    """``{SERVES:<stage>/<job>[/<dataset>]/}`` in a rule's message: the paper tables that job serves.
     A message rather than a param, so that it never makes Snakemake re-run a job (params are a
-    re-run trigger; the tables a job serves change when a matrix does, the job does not)."""
+    re-run trigger; the tables a job serves change when a matrix does, the job does not). The spec
+    ends with '/': Snakemake's formatter reads a spec ending in 'q' or 'u' as a quoting flag."""
 
     def __format__(self, spec):
-        stage, job, dataset = (spec.split("/", 2) + [""])[:3]
+        stage, job, dataset = (spec.rstrip("/").split("/", 2) + [""])[:3]
         return hwf.serves(config, stage, job, dataset or None)
 
 

@@ -10,7 +10,7 @@ rule evaluate:
         cfg=CFG,
         h=stage_hash("evaluate"),
     message:
-        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:evaluate/{wildcards.job}/{wildcards.dataset}}; log: {log}"
+        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:evaluate/{wildcards.job}/{wildcards.dataset}/}; log: {log}"
     log:
         f"{R}/logs/evaluate/{{job}}-{{dataset}}.log",
     benchmark:

@@ -10,7 +10,7 @@ rule index:
         cfg=CFG,
         h=stage_hash("index"),
     message:
-        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:index/{wildcards.job}/{wildcards.dataset}}; log: {log}"
+        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:index/{wildcards.job}/{wildcards.dataset}/}; log: {log}"
     log:
         f"{R}/logs/index/{{job}}-{{dataset}}.log",
     benchmark:

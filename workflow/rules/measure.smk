@@ -10,7 +10,7 @@ rule measure:
         cfg=CFG,
         h=stage_hash("measure"),
     message:
-        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:measure/{wildcards.job}/{wildcards.dataset}}; log: {log}"
+        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:measure/{wildcards.job}/{wildcards.dataset}/}; log: {log}"
     log:
         f"{R}/logs/measure/{{job}}-{{dataset}}.log",
     benchmark:

@@ -10,7 +10,7 @@ rule search:
         cfg=CFG,
         h=stage_hash("search"),
     message:
-        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:search/{wildcards.job}/{wildcards.dataset}}; log: {log}"
+        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:search/{wildcards.job}/{wildcards.dataset}/}; log: {log}"
     log:
         f"{R}/logs/search/{{job}}-{{dataset}}.log",
     benchmark:

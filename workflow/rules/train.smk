@@ -10,7 +10,7 @@ rule train:
         cfg=CFG,
         h=stage_hash("train"),
     message:
-        "rule {rule}: {wildcards.job} serves {SERVES:train/{wildcards.job}}; log: {log}"
+        "rule {rule}: {wildcards.job} serves {SERVES:train/{wildcards.job}/}; log: {log}"
     log:
         f"{R}/logs/train/{{job}}.log",
     benchmark:
