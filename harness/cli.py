@@ -57,6 +57,14 @@ _CONSOLE: int | None = None
 _echoed = 0  # error lines written to _CONSOLE
 
 
+def console(line: str) -> None:
+    """Print a line on stdout and, under --log, on the console too (Snakemake's output): what a job
+    is for, as it starts."""
+    print(line, flush=True)
+    if _CONSOLE is not None:
+        os.write(_CONSOLE, (line.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
+
+
 def _error(line: str) -> None:
     """Print a one-line error on stderr and, under --log, on the console too."""
     global _echoed

@@ -41,6 +41,9 @@ def run_stage(stage: str, argv: list[str]) -> int:
     args = _args(stage, argv)
     cfg = load_config(args.config)
     p, job, inputs = hplan.resolve(cfg, stage, args.job, args.dataset)
+    from harness.workflow import announce
+
+    announce(cfg, job)
     fn = getattr(importlib.import_module(job.module), job.step)
     ctx = Context(cfg, job.method, job.dataset)
     t0 = time.perf_counter()
@@ -86,6 +89,9 @@ def evaluate(argv: list[str]) -> int:
     cfg = load_config(args.config)
     p = hplan.get(cfg)
     job = p.job("search", args.job, args.dataset)
+    from harness.workflow import announce
+
+    announce(cfg, job, "evaluate")
     run_dir = hplan.check_input(p, "run", hplan.Ref("run", job.id, job.dataset))
     with atomic_path(args.out) as tmp:
         tmp.mkdir()

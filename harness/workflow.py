@@ -95,16 +95,62 @@ def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tup
     return served
 
 
-def serves(cfg: Mapping[str, Any], stage: str, job_id: str, dataset: str | None) -> str:
-    """Which paper tables a job of a rule serves, for the rule's message: ``svdr Table 1, 2; bpr Table 8``."""
-    job = hplan.get(cfg).job(RULE_STAGE[stage], job_id, None if stage == "train" else dataset)
-    tables = _served(cfg).get((job.stage, job.id, job.dataset), set())
+SERVES_FILE = "serves.json"
+
+
+def _key(job: hplan.Job) -> str:
+    return f"{job.stage}/{job.id}/{job.dataset or ''}"
+
+
+def serves_text(tables: set[tuple[str, str]]) -> str:
+    """``svdr Table 1, 2; bpr Table 8`` (or what the job is for when no table cell reads it)."""
     if not tables:
-        return "no paper table (claims, regression or figures only)"
+        return "no paper table (claims, regression or a figure of a measure job only)"
     by_paper: dict[str, list[str]] = {}
     for paper, table in sorted(tables):
         by_paper.setdefault(paper, []).append(table)
     return "; ".join(f"{paper} Table {', '.join(ts)}" for paper, ts in by_paper.items())
+
+
+def serves_map(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """``<stage>/<job>/<dataset>`` -> the paper tables that job serves, for every concrete job of the plan."""
+    served = _served(cfg)
+    p = hplan.get(cfg)
+    jobs = [j for stage in ("train", "index", "search", "measure") for j in p.concrete(stage)]
+    jobs += [p.job(*k) for k in served if k[0] == "index"]  # index templates instantiated per dataset
+    return {_key(j): serves_text(served.get((j.stage, j.id, j.dataset), set())) for j in jobs}
+
+
+def write_serves(cfg: Mapping[str, Any]) -> Path:
+    """``<results>/<profile>/serves.json`` (rewritten only when it changes): the Snakefile writes it
+    once per run, so that a job prints the tables it serves without deriving them again."""
+    import json
+
+    from harness.config import results_root
+    from harness.io import atomic_write_text
+
+    path = results_root(cfg) / SERVES_FILE
+    text = json.dumps(serves_map(cfg), indent=0, sort_keys=True) + "\n"
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text)
+    return path
+
+
+def announce(cfg: Mapping[str, Any], job: hplan.Job, stage: str | None = None) -> None:
+    """A job's first line, on the console (Snakemake's output) and in its log: what it is and which
+    paper tables it serves (from serves.json; nothing said when the job runs without the workflow)."""
+    import json
+
+    from harness.cli import console
+    from harness.config import results_root
+
+    path = results_root(cfg) / SERVES_FILE
+    if not path.exists():
+        return
+    text = json.loads(path.read_text(encoding="utf-8")).get(_key(job))
+    if text:
+        where = f" on {job.dataset}" if job.dataset else ""
+        console(f"{stage or job.stage} {job.id}{where}: serves {text}")
 
 
 def ids(cfg: Mapping[str, Any], stage: str) -> list[str]:

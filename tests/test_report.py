@@ -245,9 +245,20 @@ def test_jobs_say_which_tables_they_serve(tmp_path):
     from harness import workflow as hwf
 
     cfg = load_config(overrides={"results_dir": str(tmp_path)})
-    assert "svdr Table 1" in hwf.serves(cfg, "index", "svdr.token", "smoke")
-    assert "bpr Table" in hwf.serves(cfg, "train", "bpr", None)
-    assert "svdr Table 5" in hwf.serves(cfg, "measure", "svdr.synthetic", "smoke")
+    served = json.loads(hwf.write_serves(cfg).read_text())
+    assert "svdr Table 1" in served["index/svdr.token/smoke"]
+    assert "bpr Table" in served["train/bpr/"]
+    assert served["measure/svdr.synthetic/smoke"] == "svdr Table 5"
+    # every job of the plan has its line, and a job started by the workflow prints it
+    from harness import plan as hplan
+
+    p = hplan.get(cfg)
+    assert {f"search/{j.id}/{j.dataset}" for j in p.concrete("search")} <= set(served)
+    r = subprocess.run([sys.executable, "-c", "import harness.workflow as w, harness.plan as p, harness.config as c;"
+                        f"cfg = c.load_config(overrides={{'results_dir': {str(tmp_path)!r}}});"
+                        "w.announce(cfg, p.get(cfg).job('measure', 'svdr.synthetic', 'smoke'))"],
+                       check=False, capture_output=True, text=True)
+    assert r.stdout.strip() == "measure svdr.synthetic on smoke: serves svdr Table 5", r.stderr
 
 
 def test_progress_batches_count_every_item(capsys):

@@ -72,7 +72,7 @@ def test_full_smoke_run(smoke_run):
     assert (tmp_path / "index.html").exists() and (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "smoke" / "regression.json").exists()
     # the log says which paper tables each job serves
-    assert "rule index: svdr.token on smoke serves svdr Table 1" in r.stdout + r.stderr
+    assert "index svdr.token on smoke: serves svdr Table 1" in r.stdout + r.stderr
     claims = list(csv.DictReader(open(tmp_path / "claims" / "smoke.csv", encoding="utf-8")))
     assert claims and set(claims[0]) == {"claim_id", "paper", "holds", "measured", "detail"}
     # every published table rendered

@@ -167,6 +167,8 @@ def draw(spec: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]], prof
     if kind == "bars":
         height = max(2.5, 0.22 * len(rows) * len(series) + 1.2)
         fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 1.5, height), squeeze=False)
+    elif kind == "lines":
+        fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 5.2), squeeze=False)
     else:
         fig, axes = plt.subplots(1, n, figsize=(5.5 * n, 4.2), squeeze=False)
     axes = list(axes[0])
@@ -258,8 +260,10 @@ def _lines(ax: Any, spec: Mapping[str, Any], columns: list[str], rows: list[str]
     ax.set_ylabel(unit or "value", fontsize=8)
     if spec["x"].get("log"):
         ax.set_xscale("log")
+    if spec.get("log"):
+        ax.set_yscale("log")
     if ax.has_data():
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
         ax.grid(alpha=0.3)
 
 

@@ -29,6 +29,7 @@ _text = __import__("yaml").safe_dump(dict(config), sort_keys=False)
 if not Path(CFG).exists() or Path(CFG).read_text() != _text:
     hconfig.dump(config, Path(CFG))
 hconfig.mark_validated(config, Path(CFG))  # validated above: the jobs need not validate it again
+hwf.write_serves(config)  # which paper tables each job serves: every job prints its line when it starts
 
 PUBLISHED = {p: hmatrix.published(p) for p in PAPERS}
 TABLES = [(p, t["id"]) for p in PAPERS for t in PUBLISHED[p]["tables"]]
@@ -78,20 +79,6 @@ def stage_hash(stage):
         return hwf.job_hash(config, stage, wildcards)
 
     return job_hash
-
-
-class _Serves:
-    """``{SERVES:<stage>/<job>[/<dataset>]/}`` in a rule's message: the paper tables that job serves.
-    A message rather than a param, so that it never makes Snakemake re-run a job (params are a
-    re-run trigger; the tables a job serves change when a matrix does, the job does not). The spec
-    ends with '/': Snakemake's formatter reads a spec ending in 'q' or 'u' as a quoting flag."""
-
-    def __format__(self, spec):
-        stage, job, dataset = (spec.rstrip("/").split("/", 2) + [""])[:3]
-        return hwf.serves(config, stage, job, dataset or None)
-
-
-SERVES = _Serves()
 
 
 def stage_resource(stage, what):

@@ -9,8 +9,6 @@ rule evaluate:
     params:
         cfg=CFG,
         h=stage_hash("evaluate"),
-    message:
-        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:evaluate/{wildcards.job}/{wildcards.dataset}/}; log: {log}"
     log:
         f"{R}/logs/evaluate/{{job}}-{{dataset}}.log",
     benchmark:

@@ -9,8 +9,6 @@ rule index:
     params:
         cfg=CFG,
         h=stage_hash("index"),
-    message:
-        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:index/{wildcards.job}/{wildcards.dataset}/}; log: {log}"
     log:
         f"{R}/logs/index/{{job}}-{{dataset}}.log",
     benchmark:

@@ -9,8 +9,6 @@ rule measure:
     params:
         cfg=CFG,
         h=stage_hash("measure"),
-    message:
-        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:measure/{wildcards.job}/{wildcards.dataset}/}; log: {log}"
     log:
         f"{R}/logs/measure/{{job}}-{{dataset}}.log",
     benchmark:

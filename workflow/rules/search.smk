@@ -9,8 +9,6 @@ rule search:
     params:
         cfg=CFG,
         h=stage_hash("search"),
-    message:
-        "rule {rule}: {wildcards.job} on {wildcards.dataset} serves {SERVES:search/{wildcards.job}/{wildcards.dataset}/}; log: {log}"
     log:
         f"{R}/logs/search/{{job}}-{{dataset}}.log",
     benchmark:

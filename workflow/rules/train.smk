@@ -9,8 +9,6 @@ rule train:
     params:
         cfg=CFG,
         h=stage_hash("train"),
-    message:
-        "rule {rule}: {wildcards.job} serves {SERVES:train/{wildcards.job}/}; log: {log}"
     log:
         f"{R}/logs/train/{{job}}.log",
     benchmark:
