@@ -254,10 +254,10 @@ def test_jobs_say_which_tables_they_serve(tmp_path):
 
     p = hplan.get(cfg)
     assert {f"search/{j.id}/{j.dataset}" for j in p.concrete("search")} <= set(served)
-    r = subprocess.run([sys.executable, "-c", "import harness.workflow as w, harness.plan as p, harness.config as c;"
-                        f"cfg = c.load_config(overrides={{'results_dir': {str(tmp_path)!r}}});"
-                        "w.announce(cfg, p.get(cfg).job('measure', 'svdr.synthetic', 'smoke'))"],
-                       check=False, capture_output=True, text=True)
+    code = ("import harness.workflow as w, harness.plan as p, harness.config as c;"
+            f"cfg = c.load_config(overrides={{'results_dir': {str(tmp_path)!r}}});"
+            "w.announce(cfg, p.get(cfg).job('measure', 'svdr.synthetic', 'smoke'))")
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert r.stdout.strip() == "measure svdr.synthetic on smoke: serves svdr Table 5", r.stderr
 
 
