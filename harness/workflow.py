@@ -7,6 +7,7 @@ rules in workflow/rules/ stay one line per field.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from harness import plan as hplan
