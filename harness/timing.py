@@ -285,7 +285,9 @@ def run_protocol(protocol: Protocol, queries: Sequence[str], *, encode: Callable
     encode_outside = "search" in stages and "encode" not in stages
     timed = _stopwatch(clock, stop_sync)
     samples: dict[str, list[float]] = {s: [] for s in stages}
-    for i, batch in enumerate(full):
+    from harness.progress import steps
+
+    for i, batch in steps(enumerate(full), len(full), f"timing ({protocol.name}, {used})", "batch"):
         record = i >= warmup
         outside = None
         if encode_outside:                      # encoding before the timer starts (BPR: search only)
