@@ -250,6 +250,10 @@ class Site:
                 body.append(f"<tr><td>{link}</td><td>{esc(t['title'])}</td>" + "".join(
                     f"<td>{counts_html(counts(recs[p])) if p in recs else '<span class=small>not rendered</span>'}</td>"
                     for p in self.profiles) + "</tr>")
+            totals = {p: sum((counts(r) for (pp, _), r in self.records[p].items() if pp == paper), Counter())
+                      for p in self.profiles}
+            body.append("<tr><th colspan='2'>all tables</th>" + "".join(
+                f"<th>{counts_html(totals[p])}</th>" for p in self.profiles) + "</tr>")
             body.append("</table>")
             figs = [(fid, d) for (fp, fid), d in self.figures.items() if fp == paper]
             if figs:
