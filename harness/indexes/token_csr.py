@@ -64,6 +64,10 @@ except ImportError:  # pragma: no cover - exercised by forcing backend="numpy" i
 # --------------------------------------------------------------------------------------------
 # compiled search kernel
 # --------------------------------------------------------------------------------------------
+FREQUENT_DF = 1 / 64  # tokens in >= this share of the passages go through the batched tile pass
+GROUP = 32  # queries per tile (lanes); larger batches are split into groups
+SUB_BLOCK = 2048  # passages per tile: 2048 x 32 lanes x 4 B = 256 KiB, in L2 with the postings
+FREQ_PREFETCH = 4  # frequent lists ahead whose current cache lines are prefetched in the tile pass
 PREFETCH_DISTANCE = 8  # posting lists ahead whose first cache lines are prefetched
 PREFETCH_LINES = 6  # cache lines (of 32 postings) prefetched per list; a list averages ~6 per block
 
@@ -93,9 +97,51 @@ if _numba is not None:
 
         return sig, codegen
 
+    def _make_vadd(width: int) -> Any:
+        @_intrinsic
+        def _vadd(typingctx, dst, doff, src, soff):  # pragma: no cover - compiled
+            """``dst[doff:doff + width] += src[soff:soff + width]`` as one LLVM vector load/add/store
+            (float32; numba's own loop re-checks aliasing per call and runs ~2x slower)."""
+            sig = _nbtypes.void(dst, doff, src, soff)
+
+            def codegen(context, builder, signature, args):
+                from llvmlite import ir
+
+                dty, _, sty, _ = signature.args
+                d = context.make_array(dty)(context, builder, args[0])
+                s = context.make_array(sty)(context, builder, args[2])
+                dp = _cgutils.get_item_pointer(context, builder, dty, d, [args[1]], wraparound=False, boundscheck=False)
+                sp = _cgutils.get_item_pointer(context, builder, sty, s, [args[3]], wraparound=False, boundscheck=False)
+                vp = ir.VectorType(ir.FloatType(), width).as_pointer()
+                dvp = builder.bitcast(dp, vp)
+                a = builder.load(dvp)
+                a.align = 4
+                b = builder.load(builder.bitcast(sp, vp))
+                b.align = 4
+                st = builder.store(builder.fadd(a, b), dvp)
+                st.align = 4
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return _vadd
+
+    _vadd8 = _make_vadd(8)
+    _vadd16 = _make_vadd(16)
+
     @_numba.njit(cache=True, inline="always")
     def _no_prefetch(arr, idx):  # pragma: no cover - compiled
         pass
+
+    @_numba.njit(cache=True, inline="always")
+    def _vadd8_plain(dst, doff, src, soff):  # pragma: no cover - compiled
+        for j in range(8):
+            dst[doff + j] += src[soff + j]
+
+    @_numba.njit(cache=True, inline="always")
+    def _vadd16_plain(dst, doff, src, soff):  # pragma: no cover - compiled
+        for j in range(16):
+            dst[doff + j] += src[soff + j]
 
     @_numba.njit(cache=True, inline="always")
     def _worse(hs, hi, a, b):  # pragma: no cover - compiled
@@ -122,62 +168,134 @@ if _numba is not None:
             else:
                 break
 
-    def _search_kernel_py(indptr, postings, n_docs, q_indptr, q_tok, q_w, n_seg, out_s, out_i):  # pragma: no cover
-        """Top k of each (query, passage segment) task; out_s/out_i rows ([B * n_seg, k], preset to
-        -inf / sentinel) end as min-heaps. Scores accumulate in float32, in the queries' token order."""
+    def _search_kernel_py(indptr, postings, n_docs, r_indptr, r_tok, r_w, f_ptr, f_tok, f_w, group, sub,
+                          n_seg, out_s, out_i):  # pragma: no cover - compiled
+        """Top k of each query over each passage segment; out_s/out_i ([n_seg, B, k], preset to
+        -inf / sentinel) end as min-heaps.
+
+        Per (segment, query group of <= ``group`` queries), per block: (1) the *rare* pass: each
+        query's rare tokens (``r_*``, CSR by query, ascending ids) are scatter-added into that
+        query's column ``col[qi]`` of block-local float32 scores; (2) the *frequent* pass, in
+        sub-blocks of ``sub`` passages: the columns are transposed into a tile [sub, Bp] (one row
+        per passage, one lane per query), every frequent token of the group (``f_tok``, ascending,
+        weights ``f_w[u]`` = a Bp-vector with 0 for queries without it) adds its weight vector to
+        the rows of its postings (SIMD), and the rows are offered to the per-query heaps.
+        A score is therefore the float32 sum over the query's rare tokens, then its frequent
+        tokens, each in ascending id order (the numpy path adds in the same order).
+        """
         n_blocks = indptr.shape[0]
-        for task in _numba.prange(out_s.shape[0]):
-            q = task // n_seg
-            seg = task % n_seg
+        n_q = r_indptr.shape[0] - 1
+        n_groups = f_ptr.shape[0] - 1
+        Bp = f_w.shape[0] // max(1, f_tok.shape[0])
+        for task in _numba.prange(n_seg * n_groups):
+            seg = task // n_groups
+            g = task % n_groups
+            q0 = g * group
+            ng = min(group, n_q - q0)
             b0 = seg * n_blocks // n_seg
             b1 = (seg + 1) * n_blocks // n_seg
-            acc = np.zeros(BLOCK, np.float32)
-            hs = out_s[task]
-            hi = out_i[task]
-            j0 = q_indptr[q]
-            j1 = q_indptr[q + 1]
+            u0 = f_ptr[g]
+            u1 = f_ptr[g + 1]
+            col = np.zeros((ng, BLOCK), np.float32)
+            tile = np.zeros(sub * Bp, np.float32)
+            thr = np.full(Bp, np.inf, np.float32)  # lanes beyond ng never qualify
+            cur = np.empty(u1 - u0, np.int64)
+            hs = out_s[seg]
+            hi = out_i[seg]
             for b in range(b0, b1):
                 row = indptr[b]
-                for j in range(j0, min(j0 + PREFETCH_DISTANCE, j1)):
-                    s0 = row[q_tok[j]]
-                    e0 = row[q_tok[j] + 1]
-                    for line in range(PREFETCH_LINES):
-                        if s0 + 32 * line < e0:
-                            _prefetch(postings, s0 + 32 * line)
-                for j in range(j0, j1):
-                    if j + PREFETCH_DISTANCE < j1:
-                        t2 = q_tok[j + PREFETCH_DISTANCE]
-                        s0 = row[t2]
-                        e0 = row[t2 + 1]
+                base = b * BLOCK
+                nb = min(BLOCK, n_docs - base)
+                # (1) rare tokens, query by query: the column (256 KiB) stays in L2
+                for qi in range(ng):
+                    c = col[qi]
+                    j0 = r_indptr[q0 + qi]
+                    j1 = r_indptr[q0 + qi + 1]
+                    for j in range(j0, min(j0 + PREFETCH_DISTANCE, j1)):
+                        s0 = row[r_tok[j]]
+                        e0 = row[r_tok[j] + 1]
                         for line in range(PREFETCH_LINES):
                             if s0 + 32 * line < e0:
                                 _prefetch(postings, s0 + 32 * line)
-                    t = q_tok[j]
-                    w = q_w[j]
-                    for x in postings[row[t] : row[t + 1]]:  # iterating a view: no wrap-around checks
-                        acc[x] += w
-                base = b * BLOCK
-                nb = min(BLOCK, n_docs - base)
-                thr = hs[0]
-                # chunks of 64: a vectorised count of scores above the current k-th best, and the
-                # heap only for chunks with a hit (few once the threshold has risen)
-                nfull = nb - nb % 64
-                for d0 in range(0, nfull, 64):
-                    hits = 0
-                    for i in range(64):
-                        hits += acc[d0 + i] > thr
-                    if hits:
-                        for d in range(d0, d0 + 64):
-                            v = acc[d]
-                            if v > thr:
-                                _heap_replace_root(hs, hi, v, base + d)
-                                thr = hs[0]
-                for d in range(nfull, nb):
-                    v = acc[d]
-                    if v > thr:
-                        _heap_replace_root(hs, hi, v, base + d)
-                        thr = hs[0]
-                acc[:nb] = 0.0
+                    for j in range(j0, j1):
+                        if j + PREFETCH_DISTANCE < j1:
+                            t2 = r_tok[j + PREFETCH_DISTANCE]
+                            s0 = row[t2]
+                            e0 = row[t2 + 1]
+                            for line in range(PREFETCH_LINES):
+                                if s0 + 32 * line < e0:
+                                    _prefetch(postings, s0 + 32 * line)
+                        t = r_tok[j]
+                        w = r_w[j]
+                        for x in postings[row[t] : row[t + 1]]:  # iterating a view: no wrap-around checks
+                            c[x] += w
+                for qi in range(ng):
+                    thr[qi] = hs[q0 + qi, 0]
+                if u1 == u0:
+                    # no frequent token in this group: offer the columns to the heaps directly
+                    for qi in range(ng):
+                        c = col[qi]
+                        q = q0 + qi
+                        t0 = thr[qi]
+                        nfull = nb - nb % 64
+                        for d0 in range(0, nfull, 64):
+                            hits = 0
+                            for i in range(64):
+                                hits += c[d0 + i] > t0
+                            if hits:
+                                for d in range(d0, d0 + 64):
+                                    v = c[d]
+                                    if v > t0:
+                                        _heap_replace_root(hs[q], hi[q], v, base + d)
+                                        t0 = hs[q, 0]
+                        for d in range(nfull, nb):
+                            v = c[d]
+                            if v > t0:
+                                _heap_replace_root(hs[q], hi[q], v, base + d)
+                                t0 = hs[q, 0]
+                        c[:nb] = 0.0
+                    continue
+                # (2) frequent tokens, sub-block by sub-block on a [sub, Bp] tile
+                for u in range(u0, u1):
+                    cur[u - u0] = row[f_tok[u]]
+                for lo in range(0, nb, sub):
+                    n = min(sub, nb - lo)
+                    hi_ = lo + n
+                    for qi in range(ng):
+                        c = col[qi]
+                        for x in range(n):
+                            tile[x * Bp + qi] = c[lo + x]
+                        c[lo:hi_] = 0.0
+                    for u in range(u0, u1):
+                        if u + FREQ_PREFETCH < u1:  # the lists are far apart: fetch ahead
+                            pf = cur[u + FREQ_PREFETCH - u0]
+                            _prefetch(postings, pf)
+                            _prefetch(postings, pf + 32)
+                        p0 = cur[u - u0]
+                        e = row[f_tok[u] + 1]
+                        p1 = p0
+                        while p1 < e and postings[p1] < hi_:
+                            p1 += 1
+                        cur[u - u0] = p1
+                        wo = u * Bp
+                        for x in postings[p0:p1]:
+                            o = (np.int64(x) - lo) * Bp
+                            for j in range(0, Bp - 15, 16):  # the row's lanes: vector adds
+                                _vadd16(tile, o + j, f_w, wo + j)
+                            if Bp % 16:
+                                _vadd8(tile, o + Bp - 8, f_w, wo + Bp - 8)
+                    for x in range(n):
+                        a = tile[x * Bp :]
+                        hit = False
+                        for j in range(Bp):
+                            hit |= a[j] > thr[j]
+                        if hit:
+                            for qi in range(ng):
+                                v = a[qi]
+                                if v > thr[qi]:
+                                    q = q0 + qi
+                                    _heap_replace_root(hs[q], hi[q], v, base + lo + x)
+                                    thr[qi] = hs[q, 0]
 
     _search_kernel = _numba.njit(cache=True, parallel=True, nogil=True)(_search_kernel_py)
     _search_kernel_plain = None  # the same kernel without prefetch, compiled only if the intrinsic fails
@@ -197,7 +315,7 @@ def _run_kernel(*args: Any) -> None:
             warnings.warn(f"token-csr: prefetching kernel failed to compile ({type(exc).__name__}); "
                           "using the kernel without prefetch", RuntimeWarning, stacklevel=3)
             py = _search_kernel_py
-            glob = dict(py.__globals__, _prefetch=_no_prefetch)
+            glob = dict(py.__globals__, _prefetch=_no_prefetch, _vadd8=_vadd8_plain, _vadd16=_vadd16_plain)
             _search_kernel_plain = _numba.njit(parallel=True, nogil=True)(
                 types.FunctionType(py.__code__, glob, py.__name__, py.__defaults__, py.__closure__)
             )
@@ -318,6 +436,39 @@ def _topk_row(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         ties = np.flatnonzero(s == kth)[: k - above.size]
         idx = np.concatenate([above, ties]).astype(np.int64)
     return s[idx], idx
+
+
+def _aligned_zeros(n: int) -> np.ndarray:
+    """float32 zeros whose first element sits on a 64-byte boundary (numpy only promises 16)."""
+    raw = np.zeros(n + 16, np.float32)
+    start = (-(raw.ctypes.data // 4)) % 16
+    return raw[start : start + n]
+
+
+def _kernel_inputs(
+    n_q: int, q_indptr: np.ndarray, q_tok: np.ndarray, q_w: np.ndarray, n_rare: np.ndarray, vocab: int
+) -> tuple[np.ndarray, ...]:
+    """The kernel's query arrays from canonically ordered rows (rare part first in each row):
+    rare tokens as CSR by query; frequent tokens per query group of ``GROUP`` (ascending ids, one
+    Bp-vector of weights each, lane = query within the group, 0 for queries without the token)."""
+    rows = np.repeat(np.arange(n_q, dtype=np.int64), np.diff(q_indptr))
+    pos = np.arange(q_tok.size, dtype=np.int64) - q_indptr[rows]
+    rare = pos < n_rare[rows]
+    r_indptr = np.zeros(n_q + 1, np.int64)
+    np.cumsum(n_rare, out=r_indptr[1:])
+    group = min(GROUP, n_q)
+    n_groups = -(-n_q // group)
+    bp = -(-group // 8) * 8  # lanes: a multiple of 8 floats (one AVX register)
+    fr = ~rare
+    f_rows, f_tok_all, f_w_all = rows[fr], q_tok[fr], q_w[fr]
+    key = (f_rows // group) * vocab + f_tok_all
+    uniq, inv = np.unique(key, return_inverse=True)
+    f_w = _aligned_zeros(max(1, uniq.size) * bp).reshape(-1, bp)  # rows on 64-byte lines (vector loads)
+    f_w[inv, f_rows % group] = f_w_all
+    f_w = f_w.ravel()  # flat [n_frequent * bp]
+    f_ptr = np.searchsorted(uniq // vocab, np.arange(n_groups + 1)).astype(np.int64)
+    return (r_indptr, np.ascontiguousarray(q_tok[rare]), np.ascontiguousarray(q_w[rare]), f_ptr,
+            (uniq % vocab).astype(np.int64), f_w)
 
 
 # --------------------------------------------------------------------------------------------
@@ -564,13 +715,17 @@ class BinaryTokenIndex:
         kk = min(k, self.n_docs)  # slots beyond n_docs stay (-inf, -1)
         if n_q == 0 or kk == 0:
             return scores, ids
+        q_tok, q_w, n_rare = self._canonical_order(n_q, q_indptr, q_tok, q_w)
         if backend == "numba":
-            # fewer queries than threads: also split the passages into segments, one heap each
-            n_seg = max(1, min(self.n_blocks, -(-_numba.get_num_threads() // n_q)))
-            out_s = np.full((n_q * n_seg, kk), -np.inf, np.float32)
-            out_i = np.full((n_q * n_seg, kk), _SENTINEL, np.int64)
-            _run_kernel(self.indptr, self.postings, self.n_docs, q_indptr, q_tok, q_w, n_seg, out_s, out_i)
-            top_s, top_i = _order_results(out_s.reshape(n_q, -1), out_i.reshape(n_q, -1))
+            args = _kernel_inputs(n_q, q_indptr, q_tok, q_w, n_rare, self.vocab_size)
+            # segments of blocks x query groups: at least one task per thread
+            n_groups = args[3].shape[0] - 1
+            n_seg = max(1, min(self.n_blocks, -(-_numba.get_num_threads() // n_groups)))
+            out_s = np.full((n_seg, n_q, kk), -np.inf, np.float32)
+            out_i = np.full((n_seg, n_q, kk), _SENTINEL, np.int64)
+            _run_kernel(self.indptr, self.postings, self.n_docs, *args, GROUP, SUB_BLOCK, n_seg, out_s, out_i)
+            top_s, top_i = _order_results(out_s.transpose(1, 0, 2).reshape(n_q, -1),
+                                          out_i.transpose(1, 0, 2).reshape(n_q, -1))
         else:
             top_s = np.empty((n_q, kk), np.float32)
             top_i = np.empty((n_q, kk), np.int64)
@@ -585,13 +740,40 @@ class BinaryTokenIndex:
     def scores(self, queries: Any) -> np.ndarray:
         """All scores [B, n_docs] (float32) with the numpy path; for checks on small indexes."""
         n_q, q_indptr, q_tok, q_w = _as_query_csr(queries, self.vocab_size)
+        q_tok, q_w, _ = self._canonical_order(n_q, q_indptr, q_tok, q_w)
         out = np.zeros((n_q, self.n_docs), np.float32)
         for q in range(n_q):
             out[q] = self._scores_one(q_tok[q_indptr[q] : q_indptr[q + 1]], q_w[q_indptr[q] : q_indptr[q + 1]])
         return out
 
+    def frequent_tokens(self) -> np.ndarray:
+        """Mask [vocab] of the *frequent* tokens: those in at least ``FREQUENT_DF`` of the passages.
+
+        A property of the index alone (not of a query batch), so a query's summation order, hence
+        its float32 scores, does not depend on the other queries it is batched with."""
+        key = (FREQUENT_DF, self.n_docs)
+        if getattr(self, "_frequent", None) is None or self._frequent[0] != key:
+            df = np.zeros(self.vocab_size, np.int64)
+            for b in range(self.n_blocks):  # row by row: no [n_blocks, vocab] temporary
+                df += np.diff(self.indptr[b])
+            mask = (df > 0) & (df >= FREQUENT_DF * self.n_docs)
+            self._frequent = (key, mask)
+        return self._frequent[1]
+
+    def _canonical_order(
+        self, n_q: int, q_indptr: np.ndarray, q_tok: np.ndarray, q_w: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each query's entries reordered into the summation order of both paths: its rare tokens
+        (ascending ids), then its frequent tokens (ascending). Also returns each row's rare count."""
+        freq = self.frequent_tokens()[q_tok]
+        rows = np.repeat(np.arange(n_q, dtype=np.int64), np.diff(q_indptr))
+        order = np.lexsort((freq, rows))  # stable: ascending ids kept inside each part
+        n_rare = np.bincount(rows[~freq], minlength=n_q).astype(np.int64)
+        return q_tok[order], q_w[order], n_rare
+
     def _scores_one(self, tok: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """One query's float32 scores over all passages, added in the query's token order (as the kernel)."""
+        """One query's float32 scores over all passages, added in the given token order (the
+        canonical order of :meth:`_canonical_order`, as the kernel adds them)."""
         ip = self.indptr
         acc = np.zeros(self.n_docs, np.float32)
         if tok.size == 0 or self.n_blocks == 0:
