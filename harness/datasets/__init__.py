@@ -36,6 +36,7 @@ FAMILIES.add("dpr-wiki", "harness.datasets.dpr_wiki")
 FAMILIES.add("kilt", "harness.datasets.kilt")
 FAMILIES.add("mteb", "harness.datasets.cmteb")
 FAMILIES.add("training-pairs", "harness.datasets.training_pairs")
+FAMILIES.add("synthetic", "harness.datasets.synthetic")   # payloads with the papers' shapes (scale overlay)
 
 
 class Doc(NamedTuple):

@@ -445,11 +445,211 @@ def efficiency(cfg: Mapping[str, Any], dataset: str, *, dpr_model: Path, bpr_mod
 
 
 # --------------------------------------------------------------------------------------------
+# Table 1 at the paper's scale from a synthetic payload (methods.bpr.scale; the scale overlay)
+# --------------------------------------------------------------------------------------------
+SCALE_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "scale")
+SYNTHETIC_NOTE = ("synthetic payload (harness/datasets/synthetic.py): random 768-d vectors and 768-bit codes, "
+                  "seeded; speed and size only, never effectiveness")
+#: Table 1 (21M passages): index size (GB) and query time (ms) as published
+PAPER_TABLE1 = {"dpr": (64.6, 456.9), "dpr.hnsw": (151.0, 1.8), "dpr.lsh": (2.0, 28.8), "dpr.pq": (2.0, 44.0),
+                "bpr.bflat": (2.0, 85.3), "bpr.bhash": (2.2, 38.1), "bpr.no-rerank": (None, 37.9)}
+
+
+def scale_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``methods.bpr.scale`` with its schema defaults (fractions merged key by key)."""
+    sc = dict(cfg["methods"]["bpr"].get("scale") or {})
+    return {**SCALE_DEFAULTS, **sc, "fractions": {**SCALE_DEFAULTS["fractions"], **(sc.get("fractions") or {})}}
+
+
+def _per_question(fn: Any, n_q: int, repeats: int) -> list[float]:
+    """Seconds per question, one question per call (protocol bpr-query-time), after one warm-up call."""
+    from harness.timing import time_calls
+
+    fn(0)
+    return [x for i in range(n_q) for x in time_calls(lambda i=i: fn(i), repeats)]
+
+
+def scale_efficiency(ctx: Context, dataset: str, out_dir: Path) -> list[Path]:
+    """Index size and query time of every Table 1 system (and BPR w/o reranking, Table 2) at the
+    synthetic dataset's passage count. BPR's codes are indexed whole (2.0 GB at 21M); DPR's vectors
+    (64.5 GB at 21M) on fractions, projected linearly (Flat, LSH, PQ scan every code) — HNSW's size
+    is projected linearly, its query time is measured on its fraction and reported unscaled."""
+    import os
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import faiss
+
+    from harness.datasets import synthetic as syn
+    from harness.indexes.faiss_binary import BinaryFaissIndex, rerank_candidates
+    from harness.indexes.faiss_dense import DenseFaissIndex
+    from harness.meta import device_info, hardware, resolve_device, versions
+    from harness.timing import PROTOCOLS, summarize
+
+    cfg = ctx.cfg
+    sc = scale_settings(cfg)
+    protocol = PROTOCOLS.get("bpr-query-time")
+    repeats = cfg["timing"].get("repeats") or protocol.repeats
+    n = syn.passages(cfg["datasets"][dataset])
+    d, k, l_cand = int(sc["dim"]), cfg["evaluate"]["depth"], int(sc["n_candidates"] or settings(cfg)["n_candidates"])
+    n_q = int(sc["timing_queries"])
+    gpu = cfg["timing"]["device"] == "cuda" and resolve_device("cuda")[0] == "cuda"
+    gpu_why = (f"not run: no GPU in this run ({resolve_device('cuda')[1]})" if cfg["timing"]["device"] == "cuda"
+               else "not run: no GPU in this run (timing.device is cpu)")
+    rng = np.random.default_rng(cfg["seed"])
+    qd = rng.standard_normal((n_q, d), dtype=np.float32)
+    specs = {"dpr": "Flat", "dpr.hnsw": "HNSW512", "dpr.lsh": "LSH", "dpr.pq": f"PQ{d // 8}x8np"}
+    frac = {"dpr": "flat", "dpr.hnsw": "hnsw", "dpr.lsh": "lsh", "dpr.pq": "pq"}
+    common = {"payload": SYNTHETIC_NOTE, "passages": n, "dim": d, "protocol": protocol.name, "repeats": repeats,
+              "inside_timer": protocol.inside_timer["search"], "questions": n_q, "k": k, "n_candidates": l_cand,
+              "seed": cfg["seed"], "faiss_threads": faiss.omp_get_max_threads(), "device_info": device_info("cpu"),
+              "hardware": hardware(), "versions": versions()}
+    em_why = "not run: effectiveness is never measured on a synthetic payload (random vectors; speed and size only)"
+    figures: dict[str, dict[str, Any]] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="bpr-scale-", dir=Path(out_dir).parent))
+
+    def size_of(save: Any) -> int:
+        path = save(tmp)
+        size = Path(path).stat().st_size
+        Path(path).unlink()
+        return size
+
+    def record(system: str, spec: str, nf: int, build: float, size: int, samples: list[float],
+               scale_time: bool, gpu_s: float | None = None, **extra: Any) -> None:
+        f = n / nf
+        proj = nf < n
+        mean = summarize(samples, protocol.trim)["mean"]
+        tf = f if scale_time else 1.0
+        vals = {"index_bytes": {"value": size * f, "unit": "B", **({"kind": "projected"} if proj else {}),
+                                "what": f"size of the faiss index file over {nf:,} of {n:,} passages" + (f", x {f:.3f}" if proj else "")},
+                "query_ms": {"value": mean * 1e3 * tf, "unit": "ms", "device": "cpu",
+                             **({"kind": "projected"} if proj else {}),
+                             "what": "search only, one question per call, encoding excluded; mean over questions x repeats"
+                                     + (f"; measured on {nf:,} passages x {f:.3f} (the search scans every code)" if proj and scale_time
+                                        else f"; measured on {nf:,} passages, not scaled (HNSW's search grows ~log n)" if proj else "")},
+                ("build_seconds_fraction" if proj else "build_seconds"): {
+                    "value": build, "unit": "s", "device": "cpu",
+                    "what": f"build over {nf:,} passages (training included), not scaled"}}
+        nr = {"em": em_why}
+        if gpu_s is not None:
+            vals["query_ms_cuda"] = {"value": gpu_s * 1e3 * tf, "unit": "ms", "device": "cuda",
+                                     **({"kind": "projected"} if proj else {})}
+        else:
+            nr["query_ms_cuda"] = gpu_why
+        figures[system] = {"system": system, "dataset": dataset, "values": vals, "not_run": nr, "spec": spec,
+                           "indexed_passages": nf, "scale_factor": f, "raw_samples_seconds": samples, **extra, **common}
+        _say(f"{system}: {vals['index_bytes']['value'] / 1e9:.2f} GB, {vals['query_ms']['value']:.2f} ms/question"
+             + (" (projected)" if proj else ""))
+
+    def gpu_time(index: Any, queries: np.ndarray, binary: bool) -> float | None:
+        """faiss GPU copy (GpuIndexFlat / GpuIndexBinaryFlat), one question per call; faiss-gpu only."""
+        if not gpu:
+            return None
+        res = faiss.StandardGpuResources()
+        g = faiss.index_binary_cpu_to_gpu(res, 0, index) if binary else faiss.index_cpu_to_gpu(res, 0, index)
+        kk = l_cand if binary else k
+        return summarize(_per_question(lambda i: g.search(queries[i:i + 1], kk), len(queries), repeats), "none")["mean"]
+
+    try:
+        # ---- DPR's vectors: fractions, projected ---------------------------------------------------------
+        nmax = min(n, max(int(sc["fractions"][frac[s]]) for s in specs))
+        _say(f"DPR: {nmax:,} synthetic {d}-d vectors (fractions {sc['fractions']}) of {n:,}")
+        X = np.concatenate(list(syn.dense_blocks(nmax, d, rng)))
+        for system, spec in specs.items():
+            nf = min(n, int(sc["fractions"][frac[system]]))
+            _say(f"{system} (faiss:{spec}) on {nf:,} vectors: build")
+            t0 = time.perf_counter()
+            idx = DenseFaissIndex.build(spec, X[:nf], train_size=min(nf, int(sc["pq_train"])), seed=cfg["seed"])
+            build = time.perf_counter() - t0
+            samples = _per_question(lambda i, idx=idx: idx.search(qd[i:i + 1], k), n_q, repeats)
+            g = gpu_time(idx.index, qd, False) if system == "dpr" else None
+            record(system, f"faiss:{spec}", nf, build, size_of(idx.save), samples, system != "dpr.hnsw", g)
+            del idx
+        del X
+        # ---- BPR's codes: whole ----------------------------------------------------------------------------
+        _say(f"BPR: {n:,} synthetic {d}-bit codes ({n * d // 8 / 1e9:.2f} GB)")
+        codes = syn.codes(n, d, rng)
+        qc = syn.codes(n_q, d, rng)
+        for system, spec in (("bpr.bflat", "BFlat"), ("bpr.bhash", f"BHash{d}")):
+            _say(f"{system} (faiss-binary:{spec}) on {n:,} codes: build")
+            t0 = time.perf_counter()
+            idx = BinaryFaissIndex.build(spec, codes)
+            build = time.perf_counter() - t0
+            found: list[int] = []
+
+            def two_stage(i: int, idx: Any = idx, found: list[int] = found) -> None:
+                _, cand = idx.search(qc[i:i + 1], l_cand)
+                found.append(int((cand >= 0).sum()))
+                rerank_candidates(cand, qd[i:i + 1], codes, k)
+
+            samples = _per_question(two_stage, n_q, repeats)
+            size = size_of(idx.save)
+            extra = {"candidates_found_mean": float(np.mean(found))}
+            if idx.is_hash:
+                extra["hash_buckets"] = int(idx.index.hashtable_size())
+            g = gpu_time(idx.index, qc, True) if system == "bpr.bflat" else None
+            record(system, f"faiss-binary:{spec}", n, build, size, samples, True, g, **extra)
+            if system == "bpr.bhash":  # Table 2: w/o reranking = the hash lookup's top k in Hamming order
+                nr_samples = _per_question(lambda i, idx=idx: idx.search(qc[i:i + 1], k), n_q, repeats)
+                record("bpr.no-rerank", f"faiss-binary:{spec}", n, build, size, nr_samples, True, None, **extra)
+            del idx
+        codes = None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _ratios(figures)
+    out = []
+    for system, doc in figures.items():
+        path = Path(out_dir) / f"{system}.json"
+        from harness.io import write_json
+
+        write_json(path, doc)
+        out.append(path)
+    return out
+
+
+def _ratios(figures: dict[str, dict[str, Any]]) -> None:
+    """The paper's efficiency ratios (DPR flat over BPR: size and time; hash over linear scan), measured
+    beside published, added to bpr.bflat's file and printed with the targets they meet or miss."""
+    def v(system: str, what: str) -> float | None:
+        return figures.get(system, {}).get("values", {}).get(what, {}).get("value")
+
+    pairs = {"dpr_over_bflat_bytes": ("dpr", "bpr.bflat", "index_bytes", 64.6 / 2.0),
+             "dpr_over_bflat_query_ms": ("dpr", "bpr.bflat", "query_ms", 456.9 / 85.3),
+             "dpr_over_bhash_query_ms": ("dpr", "bpr.bhash", "query_ms", 456.9 / 38.1),
+             "bflat_over_bhash_query_ms": ("bpr.bflat", "bpr.bhash", "query_ms", 85.3 / 38.1),
+             "hnsw_over_bflat_bytes": ("dpr.hnsw", "bpr.bflat", "index_bytes", 151.0 / 2.0)}
+    ratios = {}
+    for name, (a, b, what, paper) in pairs.items():
+        x, y = v(a, what), v(b, what)
+        if x is None or not y:
+            continue
+        ratios[name] = {"value": x / y, "unit": "ratio", "paper": round(paper, 3), "kind": "projected"
+                        if "projected" in (figures[a]["values"][what].get("kind"), figures[b]["values"][what].get("kind")) else "measured"}
+    if "bpr.bflat" in figures:
+        figures["bpr.bflat"]["ratios"] = ratios
+    print("\nBPR Table 1 at scale (synthetic payload): measured / projected beside the paper", flush=True)
+    for system, doc in figures.items():
+        size, ms = doc["values"]["index_bytes"], doc["values"]["query_ms"]
+        pub = PAPER_TABLE1.get(system, (None, None))
+        mark = lambda e: "projected" if e.get("kind") == "projected" else "measured"
+        print(f"  {system:<14} {size['value'] / 1e9:8.2f} GB ({mark(size)}; paper {pub[0]} GB)   "
+              f"{ms['value']:9.2f} ms ({mark(ms)}; paper {pub[1]} ms: {'meets' if pub[1] and ms['value'] <= pub[1] else 'misses'})",
+              flush=True)
+    for name, r in ratios.items():
+        verdict = "meets" if r["value"] >= r["paper"] else "misses"
+        print(f"  ratio {name:<28} {r['value']:8.2f} ({r['kind']}; paper {r['paper']}: {verdict})", flush=True)
+
+
+def _say(msg: str) -> None:
+    print(f"[bpr scale {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
 # jobs (harness/plan.py)
 
 #: keys of methods.bpr that never change a trained model
 NOT_MODEL = ("n_candidates", "candidate_grid", "hash_index", "hash_nflip", "dpr_baselines", "baseline_train_size",
-             "train_variants", "train_variant_overrides", "timing_queries", "efficiency_datasets", "variant_datasets")
+             "train_variants", "train_variant_overrides", "timing_queries", "efficiency_datasets", "variant_datasets",
+             "scale")
 
 
 def model_id(cfg: Mapping[str, Any], variant: str | None) -> str:
@@ -516,6 +716,10 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                                 "bpr_model": Ref("model", name), "dpr_index": Ref("index", "dpr", d),
                                 "bpr_index": Ref("index", name, d), "hash_index": Ref("index", f"{name}.hash", d),
                                 **{f"index_{b}": Ref("index", f"dpr.{b}", d) for b in baselines}}))
+    for d in scale_settings(cfg)["datasets"]:
+        jobs.append(Job("measure", f"{name}.scale", name, "measure_scale", d, mem_mb=10000,
+                        keys=("seed", "timing", "evaluate.depth", f"{m}.scale", f"{m}.n_candidates", f"datasets.{d}"),
+                        systems=("dpr", "dpr.hnsw", "dpr.lsh", "dpr.pq", "bpr.bflat", "bpr.bhash", "bpr.no-rerank")))
     return jobs
 
 
@@ -616,4 +820,10 @@ def measure_efficiency(ctx: Context, job: Job, inputs: Mapping[str, Path], out: 
         write_json(out / f"{system}.json", doc)
         v = doc["values"]
         print(f"{system}/{job.dataset}: index {v['index_bytes']['value']:,} B, query {v['query_ms']['value']:.3f} ms")
+    return {}
+
+
+def measure_scale(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Table 1's index sizes and query times at the synthetic dataset's scale (:func:`scale_efficiency`)."""
+    scale_efficiency(ctx, str(job.dataset), out)
     return {}

@@ -1008,11 +1008,11 @@ def _baseline_timing(ctx: Context, name: str, inputs: Mapping[str, Path]) -> dic
     if name == "bm25":
         job = Job("index", "bm25", "bm25", "build", ctx.dataset)
         searcher = bm25.Searcher(bctx, inputs["bm25_index"])
-        build = lambda out: bm25.build(bctx, job, {"data": inputs["data"]}, out)  # noqa: E731
+        build = lambda out: bm25.build(bctx, job, {"data": inputs["data"]}, out)
     else:
         job = Job("index", "dpr", "dpr", "build", ctx.dataset)
         searcher = dpr.Searcher(bctx, inputs["dpr_index"], inputs["dpr_model"])
-        build = lambda out: dpr.build(bctx, job, {"data": inputs["data"], "model": inputs["dpr_model"]}, out)  # noqa: E731
+        build = lambda out: dpr.build(bctx, job, {"data": inputs["data"], "model": inputs["dpr_model"]}, out)
     return run(cfg, name, str(ctx.dataset), queries, build_index=build, searcher=searcher, protocol=protocol,
                repeats=repeats, max_queries=cfg["timing"].get("search_queries"))
 
@@ -1164,11 +1164,268 @@ def synthetic(ctx: Context, out_dir: Path) -> list[Path]:
 
 
 # --------------------------------------------------------------------------------------------
+# Paper scale from a synthetic payload (methods.<m>.scale; the scale overlay): Tables 2, 3, text
+# --------------------------------------------------------------------------------------------
+SCALE_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "scale")
+SYNTHETIC_NOTE = ("synthetic payload (harness/datasets/synthetic.py): random token ids / vectors shaped like the "
+                  "paper's, seeded; speed and size only, never effectiveness")
+
+
+def scale_settings(mcfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``methods.<m>.scale`` with its schema defaults."""
+    return {**SCALE_DEFAULTS, **(mcfg.get("scale") or {})}
+
+
+def _gpu_reason(cfg: Mapping[str, Any]) -> str:
+    from harness.meta import resolve_device
+
+    if cfg["timing"]["device"] != "cuda":
+        return "not run: no GPU in this run (timing.device is cpu; set timing.device: cuda on a GPU machine)"
+    return f"not run: no GPU in this run ({resolve_device('cuda')[1]})"
+
+
+def _say(msg: str) -> None:
+    print(f"[scale {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _faiss_flat(n: int, dim: int, rng: np.random.Generator):
+    """A faiss IndexFlatIP over ``n`` synthetic DPR vectors (added block by block) and its build seconds."""
+    import faiss
+
+    from harness.datasets import synthetic as syn
+
+    index = faiss.IndexFlatIP(dim)
+    t = 0.0
+    for block in syn.dense_blocks(n, dim, rng):
+        t0 = time.perf_counter()
+        index.add(block)
+        t += time.perf_counter() - t0
+    return index, t
+
+
+def _faiss_gpu_ms(index, queries: np.ndarray, k: int, repeats: int, trim: str) -> float:
+    """Per-call seconds of a faiss GPU copy of ``index`` (faiss-gpu; not exercised on CPU-only machines)."""
+    import faiss
+
+    res = faiss.StandardGpuResources()
+    gindex = faiss.index_cpu_to_gpu(res, 0, index)
+    return _trimmed(_timed(lambda: gindex.search(queries, k), repeats, warmup=1), trim)
+
+
+def scale_measure(ctx: Context, out_dir: Path) -> list[Path]:
+    """SVDR's efficiency cells at the synthetic dataset's passage count (21,015,324 in the scale
+    profile), each through the method's own backend and timing protocol (svdr-appendix-b):
+
+    * ``<m>.lat-beta`` (Table 2): T(D) = building the binary token index from the passages' token
+      ids (tokenisation excluded: the payload has no text), f(q,D) = beta search (numba kernel,
+      CPU; torch sparse CSR in fp16 on a GPU) per batch of 32, times the test set's batches;
+    * ``<m>.lat-full`` / ``<m>.lat-dpr`` (Table 2): f(q,D) over the embedding index / a faiss Flat
+      DPR index built on a fraction and projected linearly to the corpus;
+    * ``<m>.intrain-beta|dpr|bm25`` (Table 3): one batch of training questions, top retrieval_top_m;
+      storage and host memory of the index (DPR projected from the fraction);
+    * ``<m>.index``, ``<m>.index-token``, ``<m>.index-emb`` (text): bytes, build time, density.
+    """
+    import faiss
+
+    from harness.datasets import synthetic as syn
+    from harness.meta import device_info
+
+    cfg, m = ctx.cfg, ctx.method
+    sc = scale_settings(ctx.mcfg)
+    s = settings(ctx.mcfg, method=m)
+    protocol, repeats, deviation = _protocol(cfg)
+    trim, bs, k = protocol.trim, protocol.batch_size, cfg["evaluate"]["depth"]
+    n = syn.passages(cfg["datasets"][ctx.dataset])
+    vocab, dim = int(sc["vocab"]), int(sc["dim"])
+    fit = syn.load_fit()
+    slope = float(sc["zipf_slope"] or fit["slope"])
+    test_batches = -(-int(sc["test_questions"]) // bs)
+    n_batches = int(sc["batches"])
+    B, top_m = int(s["batch_size"]), int(s["retrieval_top_m"])
+    gpu = _cuda_ok(cfg)
+    gpu_why = None if gpu else _gpu_reason(cfg)
+    rng = np.random.default_rng(cfg["seed"])
+    p = syn.token_probabilities(vocab, float(sc["density"]), slope, rng)
+    qbatches = [syn.sparse_queries(bs, vocab, int(sc["query_active"]), p, rng) for _ in range(n_batches)]
+    train_q = syn.sparse_queries(B, vocab, int(sc["query_active"]), p, rng)
+    common = {"payload": SYNTHETIC_NOTE, "passages": n, "vocab": vocab, "density_target": sc["density"],
+              "zipf_slope": slope, "zipf_fit": fit.get("source"), "query_active": sc["query_active"],
+              "protocol": protocol.name, "repeats": repeats, "deviation": deviation, "trim": trim, "batch_size": bs,
+              "timed_batches": n_batches, "test_questions": sc["test_questions"], "test_batches": test_batches,
+              "k": k, "seed": cfg["seed"], "device_info": device_info("cpu")}
+    out: list[Path] = []
+    tmp = Path(tempfile.mkdtemp(prefix="svdr-scale-", dir=Path(out_dir).parent))
+    try:
+        # ---- DPR (Table 2 row DPR, Table 3 row DPR): faiss Flat on a fraction, projected --------------
+        nd = min(n, int(sc["dense_fraction"]))
+        f = n / nd
+        _say(f"DPR Flat on {nd:,} synthetic {dim}-d vectors (projected x{f:.2f} to {n:,})")
+        flat, flat_build = _faiss_flat(nd, dim, rng)
+        faiss.write_index(flat, str(tmp / "dpr.faiss"))
+        flat_disk = (tmp / "dpr.faiss").stat().st_size
+        (tmp / "dpr.faiss").unlink()
+        qd = rng.standard_normal((bs * n_batches, dim), dtype=np.float32)
+        qt = rng.standard_normal((B, dim), dtype=np.float32)
+        dpr_batch = [x for i in range(n_batches) for x in
+                     _timed(lambda i=i: flat.search(qd[i * bs:(i + 1) * bs], k), repeats, warmup=1)]
+        dpr_train = _timed(lambda: flat.search(qt, top_m), repeats, warmup=1)
+        dpr_gpu = _faiss_gpu_ms(flat, qd[:bs], k, repeats, trim) if gpu else None
+        flat.reset()
+        flat = None
+        per_batch = _trimmed(dpr_batch, trim)
+        vals = {"f_cpu": _v(per_batch * f * test_batches, "s", "cpu", True),
+                "f_per_batch_cpu": _v(per_batch * f, "s", "cpu", True),
+                "E_D_fraction_add_seconds": _v(flat_build, "s", "cpu")}
+        nr = {"E_D": "not run: E_θ(D) is the encoder's time; a synthetic payload has no encoder (speed and size only)",
+              "E_q_cuda": "not run: E_θ(q) needs the encoder; a synthetic payload times the index only",
+              "E_q_cpu": "not run: E_θ(q) needs the encoder; a synthetic payload times the index only",
+              "search_total": "not run: needs E_θ(q) (the encoder)", "total": "not run: needs E_θ(D) (the encoder)"}
+        if dpr_gpu is not None:
+            vals["f_cuda"] = _v(dpr_gpu * f * test_batches, "s", "cuda", True)
+        else:
+            nr["f_cuda"] = gpu_why
+        how = (f"faiss IndexFlatIP over {nd:,} of {n:,} vectors; per-batch time x {f:.3f} (Flat search is linear in "
+               "the corpus) x test batches: projected")
+        out.append(_write(Path(out_dir) / f"{m}.lat-dpr.json", f"{m}.lat-dpr", ctx.dataset, vals, nr,
+                          fraction=nd, projection=how, raw_samples_seconds=dpr_batch, **common))
+        storage = flat_disk * f
+        out.append(_write(Path(out_dir) / f"{m}.intrain-dpr.json", f"{m}.intrain-dpr", ctx.dataset, {
+            "latency_per_batch": _v(_trimmed(dpr_train, trim) * f, "s", "cpu", True),
+            "storage_bytes": _v(storage, "B", None, True), "memory_bytes": _v(nd * dim * 4 * f, "B", "cpu", True)},
+            {}, fraction=nd, projection=how.replace("test batches", "1 batch"), train_batch=B, top_m=top_m,
+            raw_samples_seconds=dpr_train, **common))
+        out.append(_write(Path(out_dir) / f"{m}.intrain-bm25.json", f"{m}.intrain-bm25", ctx.dataset, {}, {
+            x: "not run: BM25 (Lucene) needs passage text; a synthetic payload has none"
+            for x in ("latency_per_batch", "storage_bytes", "memory_bytes")}, **common))
+
+        # ---- SVDR_full embedding index E_θ(D): a fraction, projected ------------------------------------
+        ne = min(n, int(sc["emb_fraction"]))
+        fe = n / ne
+        _say(f"embedding index on {ne:,} passages x {sc['emb_active']} active dims (projected x{fe:.2f})")
+        emb = SparseEmbeddingIndex(syn.sparse_queries(ne, vocab, int(sc["emb_active"]), p, rng),
+                                   [str(i) for i in range(ne)])
+        emb.save(tmp)
+        emb_disk = sum(x.stat().st_size for x in tmp.iterdir() if x.is_file())
+        emb_mem = emb.nbytes
+        emb.by_dim  # noqa: B018 - the search layout is built before the timed searches
+        full = [x for qb in qbatches for x in _timed(lambda qb=qb: emb.search(qb, k), repeats, warmup=1)]
+        emb = None
+        for x in list(tmp.iterdir()):
+            x.unlink()
+        per_full = _trimmed(full, trim)
+        how_e = (f"sparse-csr embedding index over {ne:,} of {n:,} passages ({sc['emb_active']} active dims each, "
+                 f"float32 + int32 ids); bytes and per-batch time x {fe:.3f}: projected")
+        vals = {"f_cpu": _v(per_full * fe * test_batches, "s", "cpu", True),
+                "f_per_batch_cpu": _v(per_full * fe, "s", "cpu", True)}
+        nr_full = {**nr, "f_cuda": gpu_why or "not run: the GPU path of the scale job times beta search and DPR Flat only"}
+        out.append(_write(Path(out_dir) / f"{m}.lat-full.json", f"{m}.lat-full", ctx.dataset, vals, nr_full,
+                          fraction=ne, projection=how_e, raw_samples_seconds=full, **common))
+
+        # ---- the binary token index T(D) at full scale ----------------------------------------------------
+        _say(f"binary token index: {n:,} passages, {vocab:,} dims, density {sc['density']}, slope {slope}")
+        tindex, secs = syn.token_index(n, vocab, p, rng, log=_say)
+        path = tindex.save(tmp / TOKEN_INDEX_FILE)
+        t_disk = path.stat().st_size
+        path.unlink()
+        density = tindex.nnz / (n * vocab)
+        _say(f"token index: {tindex.nnz:,} postings ({density:.5f} density), {t_disk / 1e9:.2f} GB on disk, "
+             f"build {secs['build']:.1f} s (+{secs['generate']:.1f} s drawing the payload)")
+        _say(f"beta search: {n_batches} batch(es) of {bs} x {repeats} repeats (+1 warm-up)")
+        beta = [x for qb in qbatches for x in _timed(lambda qb=qb: tindex.search(qb, k), repeats, warmup=1)]
+        _say(f"in-training beta search: batch of {B}, top {top_m}")
+        beta_train = _timed(lambda: tindex.search(train_q, top_m), repeats, warmup=1)
+        per_beta = _trimmed(beta, trim)
+        vals = {"T_D": _v(secs["build"], "s", "cpu"),
+                "f_cpu": _v(per_beta * test_batches, "s", "cpu", n_batches < test_batches),
+                "f_per_batch_cpu": _v(per_beta, "s", "cpu")}
+        nr_beta = {k_: v for k_, v in nr.items() if k_ != "E_D"}
+        nr_beta["E_D"] = "/ (beta search builds no embedding index)"
+        nr_beta["total"] = "not run: needs E_θ(q) (the encoder)"
+        if gpu:
+            t_t = _torch_sparse(tindex.to_scipy_csr(), "cuda")
+            g = [x for qb in qbatches for x in _timed(lambda qb=qb: _torch_search(t_t, qb, k, "cuda"), repeats, warmup=1)]
+            del t_t
+            vals["f_cuda"] = _v(_trimmed(g, trim) * test_batches, "s", "cuda", n_batches < test_batches)
+            vals["f_per_batch_cuda"] = _v(_trimmed(g, trim), "s", "cuda")
+        else:
+            nr_beta["f_cuda"] = gpu_why
+        out.append(_write(Path(out_dir) / f"{m}.lat-beta.json", f"{m}.lat-beta", ctx.dataset, vals, nr_beta,
+                          T_D_what="building the blocked index from the passages' token ids (dedupe, sort, counts, "
+                                   "offsets); tokenisation excluded (a synthetic payload has no text); drawing the "
+                                   "random payload excluded",
+                          generate_seconds=secs["generate"], raw_samples_seconds=beta,
+                          f_what=f"per batch of {bs} (trimmed mean) x {test_batches} test batches", **common))
+        out.append(_write(Path(out_dir) / f"{m}.intrain-beta.json", f"{m}.intrain-beta", ctx.dataset, {
+            "latency_per_batch": _v(_trimmed(beta_train, trim), "s", "cpu"),
+            "storage_bytes": _v(t_disk, "B"), "memory_bytes": _v(tindex.nbytes, "B", "cpu")}, {},
+            train_batch=B, top_m=top_m, raw_samples_seconds=beta_train, **common))
+        token_vals = {"index_bytes": _v(t_disk, "B"), "index_memory_bytes": _v(tindex.nbytes, "B", "cpu"),
+                      "index_build_seconds": _v(secs["build"], "s", "cpu"), "index_density": _v(density, "ratio")}
+        out.append(_write(Path(out_dir) / f"{m}.index-token.json", f"{m}.index-token", ctx.dataset, token_vals, {},
+                          nnz=tindex.nnz, **common))
+        tindex = None
+        emb_vals = {"index_bytes": _v(emb_disk * fe, "B", None, True),
+                    "index_memory_bytes": _v(emb_mem * fe, "B", "cpu", True),
+                    "index_density": _v(int(sc["emb_active"]) / vocab, "ratio")}
+        out.append(_write(Path(out_dir) / f"{m}.index-emb.json", f"{m}.index-emb", ctx.dataset, emb_vals,
+                          {"index_build_seconds": "not run: E_θ(D) is the encoder's time; a synthetic payload has no encoder"},
+                          fraction=ne, projection=how_e, **common))
+        ratio = t_disk / (emb_disk * fe)
+        out.append(_write(Path(out_dir) / f"{m}.index.json", f"{m}.index", ctx.dataset, {
+            "token_index_bytes": _v(t_disk, "B"), "emb_index_bytes": _v(emb_disk * fe, "B", None, True),
+            "token_to_emb_bytes": _v(ratio, "ratio", None, True), "bytes_reduction": _v(1.0 - ratio, "ratio", None, True),
+            "dpr_flat_bytes": _v(storage, "B", None, True),
+            "token_to_dpr_bytes": _v(t_disk / storage, "ratio", None, True)},
+            {"token_to_emb_build_seconds": "not run: E_θ(D) needs the encoder"}, **common))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _print_scale(out)
+    return out
+
+
+#: the paper's figures the scale job's cells compare with (Tables 2, 3 and the text)
+PAPER_SCALE = {
+    ("lat-beta", "T_D"): (1.1 * 3600, "s", "T(D) 1.1 h (tokenisation included, CPU)"),
+    ("lat-beta", "f_cpu"): (3 * 60, "s", "f(q,D) CPU 3 m over NQ test"),
+    ("lat-beta", "f_per_batch_cpu"): (0.030, "s", "f(q,D) 30 ms per batch (GPU, fp16 torch sparse)"),
+    ("lat-beta", "f_per_batch_cuda"): (0.030, "s", "f(q,D) 30 ms per batch (GPU)"),
+    ("lat-dpr", "f_cpu"): (2 * 60, "s", "f(q,D) CPU 2 m"),
+    ("lat-full", "f_cpu"): (20 * 60, "s", "f(q,D) CPU 20 m"),
+    ("intrain-beta", "latency_per_batch"): (0.001, "s", "<1 ms (GPU)"),
+    ("intrain-beta", "storage_bytes"): (2.7e9, "B", "2.7 GB"),
+    ("intrain-beta", "memory_bytes"): (10e9, "B", "10 GB GPU (fp16 CSR)"),
+    ("intrain-dpr", "latency_per_batch"): (0.001, "s", "<1 ms (GPU)"),
+    ("intrain-dpr", "storage_bytes"): (31.5e9, "B", "31.5 GB (fp16)"),
+    ("intrain-dpr", "memory_bytes"): (31e9, "B", "31 GB GPU (fp16)"),
+    ("index-token", "index_bytes"): (2e9, "B", "2 GB"),
+    ("index-emb", "index_bytes"): (31e9, "B", "31 GB (DPR-size embedding index); SVDR_full 120 GB fp16"),
+    ("index", "bytes_reduction"): (0.9, "ratio", "90 %"),
+}
+
+
+def _print_scale(paths: Sequence[Path]) -> None:
+    """Each figure beside the paper's (the benchmark's printout; speed never fails a test)."""
+    for path in paths:
+        doc = read_json(path)
+        row = doc["system"].split(".", 1)[1]
+        for name, v in doc["values"].items():
+            pub = PAPER_SCALE.get((row, name))
+            mark = "projected" if v.get("kind") == "projected" else "measured"
+            text = f"{doc['system']:>20} {name:<22} {v['value']:>14.6g} {v['unit']:<5} ({mark}, {v.get('device', '-')})"
+            if pub:
+                verdict = "meets" if v["value"] <= pub[0] else "misses"
+                if v["unit"] == "ratio":
+                    verdict = "meets" if v["value"] >= pub[0] else "misses"
+                text += f"  paper {pub[2]}: {verdict}"
+            print(text, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
 # jobs (harness/plan.py): what methods.svdr / methods.vdr produce, and the steps that produce it
 # --------------------------------------------------------------------------------------------
 #: keys of the section that never change a trained model
 NOT_MODEL = ("rerank_depths", "ablations", "ablation_overrides", "ablation_datasets", "latency", "intrain",
-             "synthetic", "efficiency_datasets")
+             "synthetic", "efficiency_datasets", "scale")
 
 
 def _family(cfg: Mapping[str, Any]) -> list[str]:
@@ -1274,6 +1531,13 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                             keys=("seed", "timing", f"{m}.synthetic"),
                             systems=(*(f"{name}.synth-a{a}" for a in syn["densities"]),
                                      *(f"{name}.synth-bs{b}" for b in syn["batch_sizes"]))))
+    for d in scale_settings(mc)["datasets"]:
+        jobs.append(Job("measure", f"{name}.scale", name, "measure_scale", d, mem_mb=10000,
+                        keys=("seed", "timing", "evaluate.depth", f"{m}.scale", f"{m}.batch_size",
+                              f"{m}.retrieval_top_m", f"datasets.{d}"),
+                        systems=tuple(f"{name}.{x}" for x in (
+                            "lat-beta", "lat-full", "lat-dpr", "intrain-beta", "intrain-dpr", "intrain-bm25",
+                            "index", "index-token", "index-emb"))))
     return jobs
 
 
@@ -1424,4 +1688,10 @@ def measure_intrain(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Pat
 
 def measure_synthetic(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     synthetic(ctx, out)
+    return {}
+
+
+def measure_scale(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Tables 2, 3 and the text's index figures at the synthetic dataset's scale (:func:`scale_measure`)."""
+    scale_measure(ctx, out)
     return {}
