@@ -64,7 +64,8 @@ except ImportError:  # pragma: no cover - exercised by forcing backend="numpy" i
 # --------------------------------------------------------------------------------------------
 # compiled search kernel
 # --------------------------------------------------------------------------------------------
-FREQUENT_DF = 1 / 64  # tokens in >= this share of the passages go through the batched tile pass
+FREQUENT_DF = 1 / 128  # tokens in >= this share of the passages: 'frequent' (passage-major pass)
+FORWARD_RATIO = 2.0  # passage-major pass when a group's frequent scatters exceed this x all frequent postings
 GROUP = 32  # queries per tile (lanes); larger batches are split into groups
 SUB_BLOCK = 2048  # passages per tile: 2048 x 32 lanes x 4 B = 256 KiB, in L2 with the postings
 FREQ_PREFETCH = 4  # frequent lists ahead whose current cache lines are prefetched in the tile pass
@@ -97,51 +98,77 @@ if _numba is not None:
 
         return sig, codegen
 
-    def _make_vadd(width: int) -> Any:
+    def _make_rowacc(width: int) -> Any:
         @_intrinsic
-        def _vadd(typingctx, dst, doff, src, soff):  # pragma: no cover - compiled
-            """``dst[doff:doff + width] += src[soff:soff + width]`` as one LLVM vector load/add/store
-            (float32; numba's own loop re-checks aliasing per call and runs ~2x slower)."""
-            sig = _nbtypes.void(dst, doff, src, soff)
+        def _rowacc(typingctx, tile, toff, w, woff, stride, fwd, p0, p1):  # pragma: no cover - compiled
+            """``tile[toff:toff + width] += w[woff + r * stride : ... + width]`` for r = fwd[p0],
+            fwd[p0 + 1], ..., fwd[p1 - 1], in that order, with the running sum held in vector
+            registers (one load and one store of the tile row; float32, no reassociation)."""
+            sig = _nbtypes.void(tile, toff, w, woff, stride, fwd, p0, p1)
 
             def codegen(context, builder, signature, args):
                 from llvmlite import ir
 
-                dty, _, sty, _ = signature.args
-                d = context.make_array(dty)(context, builder, args[0])
-                s = context.make_array(sty)(context, builder, args[2])
-                dp = _cgutils.get_item_pointer(context, builder, dty, d, [args[1]], wraparound=False, boundscheck=False)
-                sp = _cgutils.get_item_pointer(context, builder, sty, s, [args[3]], wraparound=False, boundscheck=False)
-                vp = ir.VectorType(ir.FloatType(), width).as_pointer()
-                dvp = builder.bitcast(dp, vp)
-                a = builder.load(dvp)
-                a.align = 4
-                b = builder.load(builder.bitcast(sp, vp))
-                b.align = 4
-                st = builder.store(builder.fadd(a, b), dvp)
+                tty, _, wty, _, _, fty, _, _ = signature.args
+                t = context.make_array(tty)(context, builder, args[0])
+                wa = context.make_array(wty)(context, builder, args[2])
+                fa = context.make_array(fty)(context, builder, args[5])
+                i64 = ir.IntType(64)
+                vt = ir.VectorType(ir.FloatType(), width)
+                tptr = builder.bitcast(builder.gep(t.data, [args[1]]), vt.as_pointer())
+                wbase = builder.gep(wa.data, [args[3]])
+                stride, first, last = args[4], args[6], args[7]
+                acc0 = builder.load(tptr)
+                acc0.align = 4
+                entry = builder.block
+                loop = builder.append_basic_block("rowacc.loop")
+                done = builder.append_basic_block("rowacc.done")
+                builder.cbranch(builder.icmp_signed("<", first, last), loop, done)
+                builder.position_at_end(loop)
+                p = builder.phi(i64)
+                acc = builder.phi(vt)
+                p.add_incoming(first, entry)
+                acc.add_incoming(acc0, entry)
+                r = builder.zext(builder.load(builder.gep(fa.data, [p])), i64)
+                v = builder.load(builder.bitcast(builder.gep(wbase, [builder.mul(r, stride)]), vt.as_pointer()))
+                v.align = 4
+                acc_next = builder.fadd(acc, v)
+                p_next = builder.add(p, ir.Constant(i64, 1))
+                p.add_incoming(p_next, loop)
+                acc.add_incoming(acc_next, loop)
+                builder.cbranch(builder.icmp_signed("<", p_next, last), loop, done)
+                builder.position_at_end(done)
+                res = builder.phi(vt)
+                res.add_incoming(acc0, entry)
+                res.add_incoming(acc_next, loop)
+                st = builder.store(res, tptr)
                 st.align = 4
                 return context.get_dummy_value()
 
             return sig, codegen
 
-        return _vadd
+        return _rowacc
 
-    _vadd8 = _make_vadd(8)
-    _vadd16 = _make_vadd(16)
+    _rowacc8 = _make_rowacc(8)
+    _rowacc16 = _make_rowacc(16)
 
     @_numba.njit(cache=True, inline="always")
     def _no_prefetch(arr, idx):  # pragma: no cover - compiled
         pass
 
     @_numba.njit(cache=True, inline="always")
-    def _vadd8_plain(dst, doff, src, soff):  # pragma: no cover - compiled
-        for j in range(8):
-            dst[doff + j] += src[soff + j]
+    def _rowacc8_plain(tile, toff, w, woff, stride, fwd, p0, p1):  # pragma: no cover - compiled
+        for p in range(p0, p1):
+            o = woff + np.int64(fwd[p]) * stride
+            for j in range(8):
+                tile[toff + j] += w[o + j]
 
     @_numba.njit(cache=True, inline="always")
-    def _vadd16_plain(dst, doff, src, soff):  # pragma: no cover - compiled
-        for j in range(16):
-            dst[doff + j] += src[soff + j]
+    def _rowacc16_plain(tile, toff, w, woff, stride, fwd, p0, p1):  # pragma: no cover - compiled
+        for p in range(p0, p1):
+            o = woff + np.int64(fwd[p]) * stride
+            for j in range(16):
+                tile[toff + j] += w[o + j]
 
     @_numba.njit(cache=True, inline="always")
     def _worse(hs, hi, a, b):  # pragma: no cover - compiled
@@ -168,25 +195,51 @@ if _numba is not None:
             else:
                 break
 
-    def _search_kernel_py(indptr, postings, n_docs, r_indptr, r_tok, r_w, f_ptr, f_tok, f_w, group, sub,
-                          n_seg, out_s, out_i):  # pragma: no cover - compiled
+    @_numba.njit(cache=True, parallel=True, nogil=True)
+    def _forward_build(indptr, postings, n_docs, f_list, ptr, fwd):  # pragma: no cover - compiled
+        """Passage-major lists of the frequent tokens: ``fwd[ptr[d]:ptr[d + 1]]`` are the ranks (in
+        ``f_list``, ascending ids) of the frequent tokens of passage d, ascending. With ``fwd``
+        empty, only counts each passage's frequent tokens into ``ptr[d + 1]``."""
+        fill_only = fwd.shape[0] > 0
+        for b in _numba.prange(indptr.shape[0]):
+            row = indptr[b]
+            base = b * BLOCK
+            nb = min(BLOCK, n_docs - base)
+            if fill_only:
+                pos = ptr[base : base + nb].copy()
+                for r in range(f_list.shape[0]):
+                    t = f_list[r]
+                    for x in postings[row[t] : row[t + 1]]:
+                        fwd[pos[x]] = r
+                        pos[x] += 1
+            else:
+                cnt = ptr[base + 1 : base + 1 + nb]
+                for r in range(f_list.shape[0]):
+                    t = f_list[r]
+                    for x in postings[row[t] : row[t + 1]]:
+                        cnt[x] += 1
+
+    def _search_kernel_py(indptr, postings, n_docs, q_indptr, q_tok, q_w, n_scatter, slot, f_w, fwd_ptr, fwd,
+                          group, sub, n_seg, out_s, out_i):  # pragma: no cover - compiled
         """Top k of each query over each passage segment; out_s/out_i ([n_seg, B, k], preset to
         -inf / sentinel) end as min-heaps.
 
-        Per (segment, query group of <= ``group`` queries), per block: (1) the *rare* pass: each
-        query's rare tokens (``r_*``, CSR by query, ascending ids) are scatter-added into that
-        query's column ``col[qi]`` of block-local float32 scores; (2) the *frequent* pass, in
-        sub-blocks of ``sub`` passages: the columns are transposed into a tile [sub, Bp] (one row
-        per passage, one lane per query), every frequent token of the group (``f_tok``, ascending,
-        weights ``f_w[u]`` = a Bp-vector with 0 for queries without it) adds its weight vector to
-        the rows of its postings (SIMD), and the rows are offered to the per-query heaps.
-        A score is therefore the float32 sum over the query's rare tokens, then its frequent
-        tokens, each in ascending id order (the numpy path adds in the same order).
+        Tasks = (passage segment, query group of <= ``group`` queries). Per block of passages:
+        (1) scatter pass: query by query, the first ``n_scatter[q]`` tokens of its row (canonical
+        order: rare tokens, then frequent ones when the group scatters them too) are added into the
+        query's column ``col[qi]`` of block-local float32 scores (256 KiB: stays in L2);
+        (2) when ``slot[g] >= 0`` (the group's frequent tokens are not scattered), passage-major
+        pass in sub-blocks of ``sub`` passages: the columns are transposed into tile rows (one row
+        per passage, one lane per query, Bp lanes), then each row adds the weight vectors of the
+        passage's frequent tokens (``fwd``, ranks ascending; f_w[slot, rank] = Bp weights, 0 for
+        queries without the token) in vector registers; (3) the scores are offered to the heaps.
         """
         n_blocks = indptr.shape[0]
-        n_q = r_indptr.shape[0] - 1
-        n_groups = f_ptr.shape[0] - 1
-        Bp = f_w.shape[0] // max(1, f_tok.shape[0])
+        n_q = q_indptr.shape[0] - 1
+        n_groups = slot.shape[0]
+        n_f = f_w.shape[1]
+        Bp = f_w.shape[2]
+        f_flat = f_w.reshape(-1)
         for task in _numba.prange(n_seg * n_groups):
             seg = task // n_groups
             g = task % n_groups
@@ -194,97 +247,85 @@ if _numba is not None:
             ng = min(group, n_q - q0)
             b0 = seg * n_blocks // n_seg
             b1 = (seg + 1) * n_blocks // n_seg
-            u0 = f_ptr[g]
-            u1 = f_ptr[g + 1]
-            col = np.zeros((ng, BLOCK), np.float32)
-            tile = np.zeros(sub * Bp, np.float32)
+            dense = slot[g] >= 0
+            goff = max(slot[g], 0) * n_f * Bp
+            col = np.zeros((ng if dense else 1, BLOCK), np.float32)
+            tile = np.zeros(sub * Bp if dense else 0, np.float32)
             thr = np.full(Bp, np.inf, np.float32)  # lanes beyond ng never qualify
-            cur = np.empty(u1 - u0, np.int64)
             hs = out_s[seg]
             hi = out_i[seg]
             for b in range(b0, b1):
                 row = indptr[b]
                 base = b * BLOCK
                 nb = min(BLOCK, n_docs - base)
-                # (1) rare tokens, query by query: the column (256 KiB) stays in L2
+                # (1) scatter pass, query by query (without the passage-major pass, each column is
+                # offered to the heaps at once and the next query reuses it: it stays in L2)
                 for qi in range(ng):
-                    c = col[qi]
-                    j0 = r_indptr[q0 + qi]
-                    j1 = r_indptr[q0 + qi + 1]
+                    c = col[qi if dense else 0]
+                    j0 = q_indptr[q0 + qi]
+                    j1 = j0 + n_scatter[q0 + qi]
                     for j in range(j0, min(j0 + PREFETCH_DISTANCE, j1)):
-                        s0 = row[r_tok[j]]
-                        e0 = row[r_tok[j] + 1]
+                        s0 = row[q_tok[j]]
+                        e0 = row[q_tok[j] + 1]
                         for line in range(PREFETCH_LINES):
                             if s0 + 32 * line < e0:
                                 _prefetch(postings, s0 + 32 * line)
                     for j in range(j0, j1):
                         if j + PREFETCH_DISTANCE < j1:
-                            t2 = r_tok[j + PREFETCH_DISTANCE]
+                            t2 = q_tok[j + PREFETCH_DISTANCE]
                             s0 = row[t2]
                             e0 = row[t2 + 1]
                             for line in range(PREFETCH_LINES):
                                 if s0 + 32 * line < e0:
                                     _prefetch(postings, s0 + 32 * line)
-                        t = r_tok[j]
-                        w = r_w[j]
+                        t = q_tok[j]
+                        w = q_w[j]
                         for x in postings[row[t] : row[t + 1]]:  # iterating a view: no wrap-around checks
                             c[x] += w
+                    if dense:
+                        continue
+                    # (3) the column to the heap: chunks of 64 with a vectorised count of scores
+                    # above the current k-th best, the heap only for chunks with a hit
+                    q = q0 + qi
+                    t0 = hs[q, 0]
+                    nfull = nb - nb % 64
+                    for d0 in range(0, nfull, 64):
+                        hits = 0
+                        for i in range(64):
+                            hits += c[d0 + i] > t0
+                        if hits:
+                            for d in range(d0, d0 + 64):
+                                v = c[d]
+                                if v > t0:
+                                    _heap_replace_root(hs[q], hi[q], v, base + d)
+                                    t0 = hs[q, 0]
+                    for d in range(nfull, nb):
+                        v = c[d]
+                        if v > t0:
+                            _heap_replace_root(hs[q], hi[q], v, base + d)
+                            t0 = hs[q, 0]
+                    c[:nb] = 0.0
+                if not dense:
+                    continue
                 for qi in range(ng):
                     thr[qi] = hs[q0 + qi, 0]
-                if u1 == u0:
-                    # no frequent token in this group: offer the columns to the heaps directly
-                    for qi in range(ng):
-                        c = col[qi]
-                        q = q0 + qi
-                        t0 = thr[qi]
-                        nfull = nb - nb % 64
-                        for d0 in range(0, nfull, 64):
-                            hits = 0
-                            for i in range(64):
-                                hits += c[d0 + i] > t0
-                            if hits:
-                                for d in range(d0, d0 + 64):
-                                    v = c[d]
-                                    if v > t0:
-                                        _heap_replace_root(hs[q], hi[q], v, base + d)
-                                        t0 = hs[q, 0]
-                        for d in range(nfull, nb):
-                            v = c[d]
-                            if v > t0:
-                                _heap_replace_root(hs[q], hi[q], v, base + d)
-                                t0 = hs[q, 0]
-                        c[:nb] = 0.0
-                    continue
-                # (2) frequent tokens, sub-block by sub-block on a [sub, Bp] tile
-                for u in range(u0, u1):
-                    cur[u - u0] = row[f_tok[u]]
+                # (2) passage-major pass over the frequent tokens, sub-block by sub-block
                 for lo in range(0, nb, sub):
                     n = min(sub, nb - lo)
-                    hi_ = lo + n
                     for qi in range(ng):
                         c = col[qi]
                         for x in range(n):
                             tile[x * Bp + qi] = c[lo + x]
-                        c[lo:hi_] = 0.0
-                    for u in range(u0, u1):
-                        if u + FREQ_PREFETCH < u1:  # the lists are far apart: fetch ahead
-                            pf = cur[u + FREQ_PREFETCH - u0]
-                            _prefetch(postings, pf)
-                            _prefetch(postings, pf + 32)
-                        p0 = cur[u - u0]
-                        e = row[f_tok[u] + 1]
-                        p1 = p0
-                        while p1 < e and postings[p1] < hi_:
-                            p1 += 1
-                        cur[u - u0] = p1
-                        wo = u * Bp
-                        for x in postings[p0:p1]:
-                            o = (np.int64(x) - lo) * Bp
-                            for j in range(0, Bp - 15, 16):  # the row's lanes: vector adds
-                                _vadd16(tile, o + j, f_w, wo + j)
-                            if Bp % 16:
-                                _vadd8(tile, o + Bp - 8, f_w, wo + Bp - 8)
+                        c[lo : lo + n] = 0.0
                     for x in range(n):
+                        d = base + lo + x
+                        p0 = fwd_ptr[d]
+                        p1 = fwd_ptr[d + 1]
+                        for j in range(0, Bp - 15, 16):
+                            _rowacc16(tile, x * Bp + j, f_flat, goff + j, Bp, fwd, p0, p1)
+                        if Bp % 16:
+                            _rowacc8(tile, x * Bp + Bp - 8, f_flat, goff + Bp - 8, Bp, fwd, p0, p1)
+                        # (3) the row to the heaps
                         a = tile[x * Bp :]
                         hit = False
                         for j in range(Bp):
@@ -294,7 +335,7 @@ if _numba is not None:
                                 v = a[qi]
                                 if v > thr[qi]:
                                     q = q0 + qi
-                                    _heap_replace_root(hs[q], hi[q], v, base + lo + x)
+                                    _heap_replace_root(hs[q], hi[q], v, d)
                                     thr[qi] = hs[q, 0]
 
     _search_kernel = _numba.njit(cache=True, parallel=True, nogil=True)(_search_kernel_py)
@@ -315,7 +356,7 @@ def _run_kernel(*args: Any) -> None:
             warnings.warn(f"token-csr: prefetching kernel failed to compile ({type(exc).__name__}); "
                           "using the kernel without prefetch", RuntimeWarning, stacklevel=3)
             py = _search_kernel_py
-            glob = dict(py.__globals__, _prefetch=_no_prefetch, _vadd8=_vadd8_plain, _vadd16=_vadd16_plain)
+            glob = dict(py.__globals__, _prefetch=_no_prefetch, _rowacc8=_rowacc8_plain, _rowacc16=_rowacc16_plain)
             _search_kernel_plain = _numba.njit(parallel=True, nogil=True)(
                 types.FunctionType(py.__code__, glob, py.__name__, py.__defaults__, py.__closure__)
             )
@@ -446,29 +487,33 @@ def _aligned_zeros(n: int) -> np.ndarray:
 
 
 def _kernel_inputs(
-    n_q: int, q_indptr: np.ndarray, q_tok: np.ndarray, q_w: np.ndarray, n_rare: np.ndarray, vocab: int
-) -> tuple[np.ndarray, ...]:
-    """The kernel's query arrays from canonically ordered rows (rare part first in each row):
-    rare tokens as CSR by query; frequent tokens per query group of ``GROUP`` (ascending ids, one
-    Bp-vector of weights each, lane = query within the group, 0 for queries without the token)."""
+    n_q: int, q_indptr: np.ndarray, q_tok: np.ndarray, q_w: np.ndarray, n_rare: np.ndarray,
+    f_rank: np.ndarray, df: np.ndarray, f_total: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query group of ``GROUP``: whether its frequent tokens go through the passage-major
+    pass (``slot`` >= 0: its weights are ``f_w[slot]``) or are scattered like the rare ones.
+
+    Rows are in canonical order (rare part first). The passage-major pass reads every frequent
+    posting once for the group (``f_total``) where scattering reads each query's own frequent
+    postings, so it is chosen when those add up to more than ``FORWARD_RATIO * f_total``.
+    Returns (n_scatter [B]: leading entries of each row the kernel scatters, slot [n_groups],
+    f_w [n_slots, n_frequent, Bp] with lane = query within the group, 0 where a query lacks
+    the token)."""
     rows = np.repeat(np.arange(n_q, dtype=np.int64), np.diff(q_indptr))
-    pos = np.arange(q_tok.size, dtype=np.int64) - q_indptr[rows]
-    rare = pos < n_rare[rows]
-    r_indptr = np.zeros(n_q + 1, np.int64)
-    np.cumsum(n_rare, out=r_indptr[1:])
+    freq = np.arange(q_tok.size, dtype=np.int64) - q_indptr[rows] >= n_rare[rows]
     group = min(GROUP, n_q)
     n_groups = -(-n_q // group)
-    bp = -(-group // 8) * 8  # lanes: a multiple of 8 floats (one AVX register)
-    fr = ~rare
-    f_rows, f_tok_all, f_w_all = rows[fr], q_tok[fr], q_w[fr]
-    key = (f_rows // group) * vocab + f_tok_all
-    uniq, inv = np.unique(key, return_inverse=True)
-    f_w = _aligned_zeros(max(1, uniq.size) * bp).reshape(-1, bp)  # rows on 64-byte lines (vector loads)
-    f_w[inv, f_rows % group] = f_w_all
-    f_w = f_w.ravel()  # flat [n_frequent * bp]
-    f_ptr = np.searchsorted(uniq // vocab, np.arange(n_groups + 1)).astype(np.int64)
-    return (r_indptr, np.ascontiguousarray(q_tok[rare]), np.ascontiguousarray(q_w[rare]), f_ptr,
-            (uniq % vocab).astype(np.int64), f_w)
+    bp = -(-group // 8) * 8  # lanes: a multiple of 8 floats
+    f_scatter = np.bincount(rows[freq] // group, weights=df[q_tok[freq]], minlength=n_groups)
+    use = (f_scatter > FORWARD_RATIO * f_total) & (f_total > 0)
+    slot = np.full(n_groups, -1, np.int64)
+    slot[use] = np.arange(int(use.sum()))
+    n_scatter = np.where(use[np.arange(n_q) // group], n_rare, np.diff(q_indptr)).astype(np.int64)
+    n_f = int((f_rank >= 0).sum())
+    f_w = _aligned_zeros(int(use.sum()) * n_f * bp).reshape(-1, n_f, bp)  # rows on 64-byte lines
+    sel = freq & use[rows // group]
+    f_w[slot[rows[sel] // group], f_rank[q_tok[sel]], rows[sel] % group] = q_w[sel]
+    return n_scatter, slot, f_w
 
 
 # --------------------------------------------------------------------------------------------
@@ -717,13 +762,20 @@ class BinaryTokenIndex:
             return scores, ids
         q_tok, q_w, n_rare = self._canonical_order(n_q, q_indptr, q_tok, q_w)
         if backend == "numba":
-            args = _kernel_inputs(n_q, q_indptr, q_tok, q_w, n_rare, self.vocab_size)
+            mask, f_rank, df = self._frequent_info()
+            n_scatter, slot, f_w = _kernel_inputs(n_q, q_indptr, q_tok, q_w, n_rare, f_rank, df,
+                                                  int(df[mask].sum()))
+            if (slot >= 0).any():
+                fwd_ptr, fwd = self._forward_lists()
+            else:
+                fwd_ptr, fwd = np.zeros(1, np.int64), np.zeros(0, np.uint16)
             # segments of blocks x query groups: at least one task per thread
-            n_groups = args[3].shape[0] - 1
+            n_groups = slot.size
             n_seg = max(1, min(self.n_blocks, -(-_numba.get_num_threads() // n_groups)))
             out_s = np.full((n_seg, n_q, kk), -np.inf, np.float32)
             out_i = np.full((n_seg, n_q, kk), _SENTINEL, np.int64)
-            _run_kernel(self.indptr, self.postings, self.n_docs, *args, GROUP, SUB_BLOCK, n_seg, out_s, out_i)
+            _run_kernel(self.indptr, self.postings, self.n_docs, q_indptr, q_tok, q_w, n_scatter, slot, f_w,
+                        fwd_ptr, fwd, min(GROUP, n_q), SUB_BLOCK, n_seg, out_s, out_i)
             top_s, top_i = _order_results(out_s.transpose(1, 0, 2).reshape(n_q, -1),
                                           out_i.transpose(1, 0, 2).reshape(n_q, -1))
         else:
@@ -751,14 +803,37 @@ class BinaryTokenIndex:
 
         A property of the index alone (not of a query batch), so a query's summation order, hence
         its float32 scores, does not depend on the other queries it is batched with."""
+        return self._frequent_info()[0]
+
+    def _frequent_info(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(frequent mask [vocab], rank of each frequent token among them (-1 for the others),
+        document frequency [vocab]); cached per ``FREQUENT_DF``."""
         key = (FREQUENT_DF, self.n_docs)
         if getattr(self, "_frequent", None) is None or self._frequent[0] != key:
             df = np.zeros(self.vocab_size, np.int64)
             for b in range(self.n_blocks):  # row by row: no [n_blocks, vocab] temporary
                 df += np.diff(self.indptr[b])
             mask = (df > 0) & (df >= FREQUENT_DF * self.n_docs)
-            self._frequent = (key, mask)
+            rank = np.full(self.vocab_size, -1, np.int64)
+            rank[mask] = np.arange(int(mask.sum()))
+            self._frequent = (key, (mask, rank, df))
+            self._forward = None
         return self._frequent[1]
+
+    def _forward_lists(self) -> tuple[np.ndarray, np.ndarray]:
+        """Passage-major lists of the frequent tokens (ptr int64 [n_docs + 1], ranks), built on
+        first use by the compiled kernel and kept (about 2 bytes per frequent posting)."""
+        mask, _, _ = self._frequent_info()
+        if getattr(self, "_forward", None) is None:
+            f_list = np.flatnonzero(mask).astype(np.int64)
+            ptr = np.zeros(self.n_docs + 1, np.int64)
+            _forward_build(self.indptr, self.postings, self.n_docs, f_list, ptr, np.zeros(0, np.uint16))
+            np.cumsum(ptr, out=ptr)
+            fwd = np.empty(int(ptr[-1]), np.uint16 if f_list.size <= 1 << 16 else np.int32)
+            if fwd.size:
+                _forward_build(self.indptr, self.postings, self.n_docs, f_list, ptr, fwd)
+            self._forward = (ptr, fwd)
+        return self._forward
 
     def _canonical_order(
         self, n_q: int, q_indptr: np.ndarray, q_tok: np.ndarray, q_w: np.ndarray
