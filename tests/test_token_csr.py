@@ -405,7 +405,49 @@ def test_bench_smoke(tmp_path, capsys) -> None:
     assert rc == 0
     res = json.loads(out.read_text())
     assert res["check"]["same_topk_scores"] is True
+    assert set(res["runs"]) == {"uniform", "df"}  # both query kinds by default
+    assert all(r["check"]["same_topk_scores"] for r in res["runs"].values())
     assert res["index"]["nnz"] > 0 and res["search"]["ours"]["mean_ms"] > 0
-    assert "speedup" in capsys.readouterr().out
+    assert res["target"]["queries"] == "df" and isinstance(res["target"]["met"], bool)
+    text = capsys.readouterr().out
+    assert "ratio" in text and ("MET" in text) and "reproduce: python -m harness bench beta-search --n-docs 3000" in text
+
+
+def test_bench_scale_run_small(tmp_path, capsys) -> None:
+    """--scale-n-docs: a second index generated block by block, ours timed, torch skipped past the budget."""
+    import json
+
+    from harness.bench import beta_search
+
+    out = tmp_path / "s.json"
+    rc = beta_search.main([
+        "--n-docs", "2000", "--vocab", "1500", "--doc-tokens", "20", "--query-active", "40", "--batch", "3",
+        "--k", "5", "--repeats", "3", "--skip-build", "--skip-baseline", "--query-dims", "df",
+        "--scale-n-docs", str(BLOCK + 50), "--scale-repeats", "3", "--json", str(out),
+    ])
+    assert rc == 0
+    scale = json.loads(out.read_text())["scale"]
+    assert scale["n_docs"] == BLOCK + 50 and scale["nnz"] > 0
+    assert abs(scale["density"] - 20 / 1500) < 0.002
+    assert scale["runs"]["df"]["search"]["ours"]["mean_ms"] > 0 and scale["peak_rss_bytes"] > 0
+    assert "torch not run" in capsys.readouterr().out
+
+
+def test_bench_scale_generator_is_bernoulli() -> None:
+    """The block generator's postings: sorted distinct ids per (block, token), df close to p."""
+    from harness.bench import beta_search
+
+    if not token_csr.numba_available():
+        pytest.skip("numba not installed")
+    p = np.array([1.0, 0.5, 0.01, 0.0, 0.2])
+    index = beta_search.synthetic_index_blocks(BLOCK + 1000, p, seed=1, say=lambda *a: None)
+    csc = index.to_scipy_csr(np.float32).tocsc()
+    df = np.diff(csc.indptr) / index.n_docs
+    assert df[0] == 1.0 and df[3] == 0.0
+    np.testing.assert_allclose(df, p, atol=0.01)
+    for b in range(index.n_blocks):
+        for t in range(p.size):
+            seg = index.postings[index.indptr[b, t] : index.indptr[b, t + 1]]
+            assert np.all(np.diff(seg.astype(np.int64)) > 0)
     with pytest.raises(ConfigError):
         beta_search.main(["--k", "0"])

@@ -9,29 +9,52 @@ Layout (why). The index is an inverted, *blocked* CSC: passages are cut into blo
 ``BLOCK`` = 65,536 consecutive ids; inside each block every token has a posting list of the
 block-local ids (``uint16``) of the passages that contain it. ``indptr[b, t] : indptr[b, t + 1]``
 is the slice of ``postings`` for token t in block b (int64 offsets, shape [n_blocks, vocab + 1]).
-Compared with the paper's CSR of passages x vocabulary multiplied by a dense query matrix:
+Compared with the paper's CSR of passages x vocabulary multiplied by a dense query matrix, a
+query reads only the posting lists of its active tokens instead of every non-zero of the index
+once per query column, and local ids take 2 bytes per (passage, token).
 
-* a query reads only the posting lists of its active tokens (~2.5 % of the index for 768 of
-  30,522 dims) instead of every non-zero of the index once per query column;
-* a block's float32 score accumulator (65,536 x 4 B = 256 KiB) stays in the L2 cache while the
-  posting lists stream past, so the scatter-adds hit cache, not DRAM;
-* local ids take 2 bytes per (passage, token): half of int32 postings and a fifth of a CSR with
-  int64 column indices plus fp16 values;
-* the kernel prefetches the next posting lists of the query (they are short inside a block), which
-  hides the DRAM latency of jumping from list to list.
+Search (why it is fast on Zipf-distributed tokens). Real queries' top-768 dimensions include the
+frequent tokens, whose posting lists are long: scattering each query's weights over them one query
+at a time costs ~25x more than for uniformly drawn dims (725 M scatter-adds per batch of 32 at
+1M passages, vs 71 M) and made the old kernel only ~2x faster than torch.sparse. The kernel
+now splits the vocabulary by document frequency, a property of the index alone:
+
+* *frequent* tokens (in >= ``FREQUENT_DF`` = 1/128 of the passages; ~1,400 of 30,522 ids on the
+  bench's Zipf index, holding ~47 % of the postings) are scored passage-major for a *group* of up
+  to ``GROUP`` = 32 queries at once: the first search builds, per passage, the list of its
+  frequent tokens (``_forward_lists``: 2 bytes per frequent posting, kept on the object, not
+  saved); per batch, each frequent token gets a vector of the group's weights (one float32 lane per
+  query, 0 where a query lacks it). A passage's row of Bp lanes then adds the vectors of its
+  frequent tokens with the running sums held in vector registers (an LLVM intrinsic; one load and
+  one store of the row), so a frequent posting is read once per group instead of once per query,
+  and costs ~1 ns for all 32 queries;
+* the other (*rare*) tokens are scattered query by query into a float32 column of the block's
+  scores (65,536 x 4 B = 256 KiB: stays in L2), with the next posting lists prefetched (they are
+  short inside a block, so the latency of jumping between them is what would cost);
+* per block, the group's columns are transposed into rows of a ``SUB_BLOCK`` x Bp tile before the
+  frequent pass adds to them, and each finished row is offered to the per-query top-k heaps (a
+  vectorised compare against each query's current k-th best skips almost every row).
+
+A group whose queries hold few frequent tokens (e.g. uniformly drawn dims) scatters its frequent
+tokens too, when that reads fewer postings than the passage-major pass (``FORWARD_RATIO``); the
+summation order, hence every score, is the same either way. The compiled search runs in parallel
+over (passage segment, query group) tasks.
 
 Scores are exact inner products in float32: each score is the sum of the query's float32 weights
-over the shared tokens, accumulated in float32 in ascending token order (the numpy path adds in
-the same order, so both paths return identical bits; a passage's score differs from the exactly
-rounded sum by at most a few ulps). Results are ordered best first; equal scores are broken by the
-lower passage id. Every passage is a candidate, including those with score 0, so with
-``k <= n_docs`` exactly k passages come back; with ``k > n_docs`` the missing slots are padded with
-score ``-inf`` and id ``-1``.
+over the shared tokens, accumulated in float32 in a fixed *canonical order*: the query's rare
+tokens by ascending id, then its frequent tokens by ascending id (``_canonical_order``). The numpy
+path adds in the same order, so both paths return identical bits, and a query's scores do not
+depend on the other queries of its batch; a passage's score differs from the exactly rounded sum by
+at most a few ulps. Results are ordered best first; equal scores are broken by the lower passage
+id. Every passage is a candidate, including those with score 0, so with ``k <= n_docs`` exactly k
+passages come back; with ``k > n_docs`` the missing slots are padded with score ``-inf`` and id
+``-1``.
 
-Search runs a compiled kernel (numba; parallel over queries, and over passage segments when a batch
-has fewer queries than threads) when numba is installed, else a pure-numpy path (``np.add.at`` over
-the gathered postings, one query at a time) that returns the same scores and ids;
-``HARNESS_NO_NUMBA=1`` or ``search(..., backend="numpy")`` forces the latter.
+The compiled kernel (numba) is used when numba is installed, else a pure-numpy path (``np.add.at``
+over the gathered postings, one query at a time) that returns the same scores and ids;
+``HARNESS_NO_NUMBA=1`` or ``search(..., backend="numpy")`` forces the latter. If the LLVM
+intrinsics (prefetch, vector row sums) do not compile on a machine, a copy of the kernel with plain
+loops is used (same results, slower). The on-disk format is unchanged (``FORMAT_VERSION`` 1).
 """
 from __future__ import annotations
 
@@ -98,12 +121,13 @@ if _numba is not None:
 
         return sig, codegen
 
-    def _make_rowacc(width: int) -> Any:
+    def _make_rowacc(width: int, parts: int) -> Any:
         @_intrinsic
         def _rowacc(typingctx, tile, toff, w, woff, stride, fwd, p0, p1):  # pragma: no cover - compiled
-            """``tile[toff:toff + width] += w[woff + r * stride : ... + width]`` for r = fwd[p0],
-            fwd[p0 + 1], ..., fwd[p1 - 1], in that order, with the running sum held in vector
-            registers (one load and one store of the tile row; float32, no reassociation)."""
+            """``tile[toff:toff + n] += w[woff + r * stride : ... + n]`` (n = width * parts) for
+            r = fwd[p0], fwd[p0 + 1], ..., fwd[p1 - 1], in that order: the running sums stay in
+            ``parts`` vector registers of ``width`` float32 lanes (independent dependency chains),
+            one load and one store of the tile row; plain float32 adds, no reassociation."""
             sig = _nbtypes.void(tile, toff, w, woff, stride, fwd, p0, p1)
 
             def codegen(context, builder, signature, args):
@@ -115,42 +139,58 @@ if _numba is not None:
                 fa = context.make_array(fty)(context, builder, args[5])
                 i64 = ir.IntType(64)
                 vt = ir.VectorType(ir.FloatType(), width)
-                tptr = builder.bitcast(builder.gep(t.data, [args[1]]), vt.as_pointer())
+                tbase = builder.gep(t.data, [args[1]])
+                tptrs = [builder.bitcast(builder.gep(tbase, [ir.Constant(i64, width * i)]), vt.as_pointer())
+                         for i in range(parts)]
                 wbase = builder.gep(wa.data, [args[3]])
                 stride, first, last = args[4], args[6], args[7]
-                acc0 = builder.load(tptr)
-                acc0.align = 4
+                acc0 = []
+                for ptr in tptrs:
+                    v0 = builder.load(ptr)
+                    v0.align = 4
+                    acc0.append(v0)
                 entry = builder.block
                 loop = builder.append_basic_block("rowacc.loop")
                 done = builder.append_basic_block("rowacc.done")
                 builder.cbranch(builder.icmp_signed("<", first, last), loop, done)
                 builder.position_at_end(loop)
                 p = builder.phi(i64)
-                acc = builder.phi(vt)
                 p.add_incoming(first, entry)
-                acc.add_incoming(acc0, entry)
+                accs = []
+                for v0 in acc0:
+                    phi = builder.phi(vt)
+                    phi.add_incoming(v0, entry)
+                    accs.append(phi)
                 r = builder.zext(builder.load(builder.gep(fa.data, [p])), i64)
-                v = builder.load(builder.bitcast(builder.gep(wbase, [builder.mul(r, stride)]), vt.as_pointer()))
-                v.align = 4
-                acc_next = builder.fadd(acc, v)
+                wrow = builder.gep(wbase, [builder.mul(r, stride)])
+                nxt = []
+                for i, acc in enumerate(accs):
+                    v = builder.load(builder.bitcast(builder.gep(wrow, [ir.Constant(i64, width * i)]), vt.as_pointer()))
+                    v.align = 4
+                    nxt.append(builder.fadd(acc, v))
                 p_next = builder.add(p, ir.Constant(i64, 1))
                 p.add_incoming(p_next, loop)
-                acc.add_incoming(acc_next, loop)
+                for acc, a1 in zip(accs, nxt):
+                    acc.add_incoming(a1, loop)
                 builder.cbranch(builder.icmp_signed("<", p_next, last), loop, done)
                 builder.position_at_end(done)
-                res = builder.phi(vt)
-                res.add_incoming(acc0, entry)
-                res.add_incoming(acc_next, loop)
-                st = builder.store(res, tptr)
-                st.align = 4
+                results = []
+                for v0, a1 in zip(acc0, nxt):  # all phi nodes first: LLVM requires them on top
+                    res = builder.phi(vt)
+                    res.add_incoming(v0, entry)
+                    res.add_incoming(a1, loop)
+                    results.append(res)
+                for ptr, res in zip(tptrs, results):
+                    st = builder.store(res, ptr)
+                    st.align = 4
                 return context.get_dummy_value()
 
             return sig, codegen
 
         return _rowacc
 
-    _rowacc8 = _make_rowacc(8)
-    _rowacc16 = _make_rowacc(16)
+    _rowacc8 = _make_rowacc(8, 1)
+    _rowacc32 = _make_rowacc(16, 2)
 
     @_numba.njit(cache=True, inline="always")
     def _no_prefetch(arr, idx):  # pragma: no cover - compiled
@@ -164,10 +204,10 @@ if _numba is not None:
                 tile[toff + j] += w[o + j]
 
     @_numba.njit(cache=True, inline="always")
-    def _rowacc16_plain(tile, toff, w, woff, stride, fwd, p0, p1):  # pragma: no cover - compiled
+    def _rowacc32_plain(tile, toff, w, woff, stride, fwd, p0, p1):  # pragma: no cover - compiled
         for p in range(p0, p1):
             o = woff + np.int64(fwd[p]) * stride
-            for j in range(16):
+            for j in range(32):
                 tile[toff + j] += w[o + j]
 
     @_numba.njit(cache=True, inline="always")
@@ -321,10 +361,10 @@ if _numba is not None:
                         d = base + lo + x
                         p0 = fwd_ptr[d]
                         p1 = fwd_ptr[d + 1]
-                        for j in range(0, Bp - 15, 16):
-                            _rowacc16(tile, x * Bp + j, f_flat, goff + j, Bp, fwd, p0, p1)
-                        if Bp % 16:
-                            _rowacc8(tile, x * Bp + Bp - 8, f_flat, goff + Bp - 8, Bp, fwd, p0, p1)
+                        for j in range(0, Bp - 31, 32):  # 32 lanes per pass over the lists
+                            _rowacc32(tile, x * Bp + j, f_flat, goff + j, Bp, fwd, p0, p1)
+                        for j in range(Bp - Bp % 32, Bp, 8):
+                            _rowacc8(tile, x * Bp + j, f_flat, goff + j, Bp, fwd, p0, p1)
                         # (3) the row to the heaps
                         a = tile[x * Bp :]
                         hit = False
@@ -356,7 +396,7 @@ def _run_kernel(*args: Any) -> None:
             warnings.warn(f"token-csr: prefetching kernel failed to compile ({type(exc).__name__}); "
                           "using the kernel without prefetch", RuntimeWarning, stacklevel=3)
             py = _search_kernel_py
-            glob = dict(py.__globals__, _prefetch=_no_prefetch, _rowacc8=_rowacc8_plain, _rowacc16=_rowacc16_plain)
+            glob = dict(py.__globals__, _prefetch=_no_prefetch, _rowacc8=_rowacc8_plain, _rowacc32=_rowacc32_plain)
             _search_kernel_plain = _numba.njit(parallel=True, nogil=True)(
                 types.FunctionType(py.__code__, glob, py.__name__, py.__defaults__, py.__closure__)
             )
@@ -510,7 +550,7 @@ def _kernel_inputs(
     slot[use] = np.arange(int(use.sum()))
     n_scatter = np.where(use[np.arange(n_q) // group], n_rare, np.diff(q_indptr)).astype(np.int64)
     n_f = int((f_rank >= 0).sum())
-    f_w = _aligned_zeros(int(use.sum()) * n_f * bp).reshape(-1, n_f, bp)  # rows on 64-byte lines
+    f_w = _aligned_zeros(int(use.sum()) * n_f * bp).reshape(int(use.sum()), n_f, bp)  # rows on 64-byte lines
     sel = freq & use[rows // group]
     f_w[slot[rows[sel] // group], f_rank[q_tok[sel]], rows[sel] % group] = q_w[sel]
     return n_scatter, slot, f_w
@@ -549,6 +589,12 @@ class BinaryTokenIndex:
     def nbytes(self) -> int:
         """Bytes of the arrays held in memory (offsets + postings)."""
         return int(self.indptr.nbytes + self.postings.nbytes)
+
+    @property
+    def cache_nbytes(self) -> int:
+        """Bytes of the passage-major frequent-token lists the compiled search builds on first use."""
+        fw = getattr(self, "_forward", None)
+        return 0 if fw is None else int(fw[0].nbytes + fw[1].nbytes)
 
     @property
     def n_blocks(self) -> int:
@@ -819,6 +865,13 @@ class BinaryTokenIndex:
             self._frequent = (key, (mask, rank, df))
             self._forward = None
         return self._frequent[1]
+
+    def prepare(self) -> int:
+        """Build now what the compiled search otherwise builds on its first batch with frequent
+        tokens (the passage-major frequent-token lists); returns their bytes (0 without numba)."""
+        if numba_available():
+            self._forward_lists()
+        return self.cache_nbytes
 
     def _forward_lists(self) -> tuple[np.ndarray, np.ndarray]:
         """Passage-major lists of the frequent tokens (ptr int64 [n_docs + 1], ranks), built on
