@@ -27,7 +27,7 @@ rule report:
 rule reproduce_all:
     """Every table, the report site, claims, regression, and every run and measurement of the plan."""
     input:
-        ALL_TABLES,
+        TABLE_RECORDS,
         f"{config['results_dir']}/site",
         f"{config['results_dir']}/claims/{config['profile']}.csv",
         REGRESSION,

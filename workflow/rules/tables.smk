@@ -23,7 +23,8 @@ rule table:
         "python -m harness --log {log} table --config {params.cfg} --paper {wildcards.paper} --table {wildcards.table} --out {output.md} --record {output.record}"
 
 
-ALL_TABLES = [f"{TABLES_DIR}/{p}/{t}.md" for p, t in TABLES]
+# Targets are the profile's own record of each table: the .md/.csv under results/tables are shared by
+# every profile (the one rendered last), so another profile's copy there must not count as done.
 TABLE_RECORDS = [f"{R}/tables/{p}/{t}.json" for p, t in TABLES]
 
 
@@ -34,5 +35,5 @@ for _paper, _table in TABLES:
         name:
             f"{_paper}_table{table_slug(_table)}"
         input:
-            f"{TABLES_DIR}/{_paper}/{_table}.md",
+            f"{R}/tables/{_paper}/{_table}.json",
         localrule: True
