@@ -40,6 +40,7 @@ PROFILES: dict[str, list[Path]] = {
     "smoke": [],
     "small": [REPO / "configs" / "profiles" / "small.yaml"],
     "paper": [REPO / "configs" / "profiles" / "paper.yaml"],
+    "scale": [REPO / "configs" / "profiles" / "scale.yaml"],   # synthetic payloads at 21M passages
     "toy": [TOY_OVERLAY],  # smoke + the toy plugin method
 }
 #: input kinds that some job of the plan must produce
