@@ -91,7 +91,6 @@ FREQUENT_DF = 1 / 128  # tokens in >= this share of the passages: 'frequent' (pa
 FORWARD_RATIO = 2.0  # passage-major pass when a group's frequent scatters exceed this x all frequent postings
 GROUP = 32  # queries per tile (lanes); larger batches are split into groups
 SUB_BLOCK = 2048  # passages per tile: 2048 x 32 lanes x 4 B = 256 KiB, in L2 with the postings
-FREQ_PREFETCH = 4  # frequent lists ahead whose current cache lines are prefetched in the tile pass
 PREFETCH_DISTANCE = 8  # posting lists ahead whose first cache lines are prefetched
 PREFETCH_LINES = 6  # cache lines (of 32 postings) prefetched per list; a list averages ~6 per block
 
@@ -379,11 +378,11 @@ if _numba is not None:
                                     thr[qi] = hs[q, 0]
 
     _search_kernel = _numba.njit(cache=True, parallel=True, nogil=True)(_search_kernel_py)
-    _search_kernel_plain = None  # the same kernel without prefetch, compiled only if the intrinsic fails
+    _search_kernel_plain = None  # the kernel with plain loops instead of intrinsics, compiled only if needed
 
 
 def _run_kernel(*args: Any) -> None:
-    """Run the compiled kernel; if the prefetch intrinsic does not compile here, use a copy without it."""
+    """Run the compiled kernel; if its LLVM intrinsics do not compile here, use a copy with plain loops."""
     global _search_kernel_plain
     if _search_kernel_plain is None:
         try:
@@ -393,8 +392,9 @@ def _run_kernel(*args: Any) -> None:
             import types
             import warnings
 
-            warnings.warn(f"token-csr: prefetching kernel failed to compile ({type(exc).__name__}); "
-                          "using the kernel without prefetch", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"token-csr: the kernel with LLVM intrinsics (prefetch, vector row sums) failed to "
+                          f"compile ({type(exc).__name__}); using the kernel without prefetch, with plain loops",
+                          RuntimeWarning, stacklevel=3)
             py = _search_kernel_py
             glob = dict(py.__globals__, _prefetch=_no_prefetch, _rowacc8=_rowacc8_plain, _rowacc32=_rowacc32_plain)
             _search_kernel_plain = _numba.njit(parallel=True, nogil=True)(
