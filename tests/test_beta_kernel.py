@@ -146,7 +146,7 @@ def test_k_beyond_n_docs_and_empty_queries(mode: str) -> None:
 
 
 def test_only_frequent_or_only_rare_tokens(zipf3, mode: str) -> None:
-    index, p = zipf3
+    index, _ = zipf3
     mask = index.frequent_tokens()
     rng = np.random.default_rng(9)
     q = np.zeros((6, index.vocab_size), np.float32)
@@ -175,7 +175,7 @@ def test_block_and_sub_block_boundaries(mode: str) -> None:
     rng = np.random.default_rng(2)
     q = zipf_queries(5, 150, 25, p, rng)
     q[:, marker] = 1000.0
-    s, i = assert_same(index, q, 40)
+    _, i = assert_same(index, q, 40)
     assert [sorted(r) for r in i[:, : len(edges)].tolist()] == [edges] * 5
 
 
