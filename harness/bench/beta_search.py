@@ -76,16 +76,11 @@ DEFAULT_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "data" / "beir
 # --------------------------------------------------------------------------------------------
 def zipf_df(vocab: int, doc_tokens: float, a: float) -> np.ndarray:
     """Document frequency by rank: min(1, c * r**-a), c chosen so that the sum is doc_tokens."""
+    from harness.datasets.synthetic import df_curve
+
     if not 0 < doc_tokens < vocab:
         raise ConfigError(f"--doc-tokens must be in (0, {vocab}), got {doc_tokens}")
-    base = np.arange(1, vocab + 1, dtype=np.float64) ** -a
-    lo, hi = 0.0, 1.0
-    while np.minimum(1.0, hi * base).sum() < doc_tokens:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if np.minimum(1.0, mid * base).sum() < doc_tokens else (lo, mid)
-    return np.minimum(1.0, hi * base)
+    return df_curve(vocab, doc_tokens, a)
 
 
 def synthetic_postings(
