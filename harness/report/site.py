@@ -161,6 +161,11 @@ def provenance_text(c: Mapping[str, Any], profile: str) -> str:
     return " · ".join(p for p in parts if p)
 
 
+def short_commit(commit: str) -> str:
+    """A commit as 12 hex digits, keeping the mark of uncommitted changes."""
+    return commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
+
+
 def rel(path: Path, start: Path) -> str:
     return os.path.relpath(path, start).replace(os.sep, "/")
 
@@ -225,14 +230,19 @@ class Site:
 
     # ---- index ----------------------------------------------------------------------------
     def index_page(self) -> str:
+        from harness.meta import git_commit
+
         primary = self.profiles[0]
         any_rec = next(iter(self.records[primary].values()))
         hw = any_rec.get("hardware") or {}
         body = [f"<h1>Reproduction results — profile <code>{esc(primary)}</code></h1>",
                 f"<p>{esc(any_rec.get('description', ''))}</p>",
                 "<p class='small'>Profiles shown side by side: " + ", ".join(
-                    f"<code>{esc(p)}</code> ({len(self.records[p])} tables)" for p in self.profiles)
-                + f". Rendered from commit <code>{esc(any_rec.get('git_commit'))}</code> on "
+                    f"<code>{esc(p)}</code> ({len(self.records[p])} tables rendered at commit "
+                    + ", ".join(f"<code>{esc(short_commit(c))}</code>" for c in sorted(
+                        {r.get('git_commit') or '?' for r in self.records[p].values()})) + ")"
+                    for p in self.profiles)
+                + f". Site built at commit <code>{esc(short_commit(git_commit()))}</code> on "
                   f"{esc(hw.get('cpu', '?'))} ({esc(hw.get('cpus', '?'))} cores, {esc(hw.get('mem_gb', '?'))} GB). "
                   "Each table page names, per cell, the commit, config hash and hardware of the job that measured it.</p>",
                 "<p class='small'>Status: " + " ".join(status_span(s) for s in COUNTED) + " — OK / OKish / FAIL: within / "
