@@ -93,6 +93,15 @@ def resolve_device(requested: str) -> tuple[str, str | None]:
     return requested, None
 
 
+def timing_gpu(cfg: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """Whether GPU cells of a measurement run: (True, None) when config ``timing.device`` is cuda and
+    torch sees a GPU, else (False, the "not run" reason those cells give)."""
+    if cfg["timing"]["device"] != "cuda":
+        return False, "not run: no GPU in this run (timing.device is cpu; set timing.device: cuda on a GPU machine)"
+    used, why = resolve_device("cuda")
+    return (True, None) if used == "cuda" else (False, f"not run: no GPU in this run ({why})")
+
+
 def device_info(device: str) -> dict[str, Any]:
     """What a measurement on ``device`` ran on, read from the hardware: the CPU model and core count,
     or the GPU's name and memory as torch reports them. Raises ValueError for a GPU torch cannot see

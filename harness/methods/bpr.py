@@ -482,7 +482,7 @@ def scale_efficiency(ctx: Context, dataset: str, out_dir: Path) -> list[Path]:
     from harness.datasets import synthetic as syn
     from harness.indexes.faiss_binary import BinaryFaissIndex, rerank_candidates
     from harness.indexes.faiss_dense import DenseFaissIndex
-    from harness.meta import device_info, hardware, resolve_device, versions
+    from harness.meta import device_info, hardware, timing_gpu, versions
     from harness.timing import PROTOCOLS, summarize
 
     cfg = ctx.cfg
@@ -492,9 +492,7 @@ def scale_efficiency(ctx: Context, dataset: str, out_dir: Path) -> list[Path]:
     n = syn.passages(cfg["datasets"][dataset])
     d, k, l_cand = int(sc["dim"]), cfg["evaluate"]["depth"], int(sc["n_candidates"] or settings(cfg)["n_candidates"])
     n_q = int(sc["timing_queries"])
-    gpu = cfg["timing"]["device"] == "cuda" and resolve_device("cuda")[0] == "cuda"
-    gpu_why = (f"not run: no GPU in this run ({resolve_device('cuda')[1]})" if cfg["timing"]["device"] == "cuda"
-               else "not run: no GPU in this run (timing.device is cpu)")
+    gpu, gpu_why = timing_gpu(cfg)
     rng = np.random.default_rng(cfg["seed"])
     qd = rng.standard_normal((n_q, d), dtype=np.float32)
     specs = {"dpr": "Flat", "dpr.hnsw": "HNSW512", "dpr.lsh": "LSH", "dpr.pq": f"PQ{d // 8}x8np"}

@@ -54,7 +54,7 @@ from harness.datasets import Doc, Query, store
 from harness.errors import ConfigError, DataError
 from harness.indexes.sparse_csr import SparseEmbeddingIndex, topk_rows  # noqa: F401 (topk_rows: re-export)
 from harness.io import read_json, write_json
-from harness.meta import folder_bytes, git_commit, hardware, read_meta, versions
+from harness.meta import folder_bytes, git_commit, hardware, read_meta, timing_gpu, versions
 from harness.methods.base import Context
 from harness.plan import Job, Ref
 
@@ -773,10 +773,8 @@ def write_index_metrics(ctx: Context, token_dir: Path, emb_dir: Path, out: Path)
 # Table 2: latency per stage
 # --------------------------------------------------------------------------------------------
 def _cuda_ok(cfg: Mapping[str, Any]) -> bool:
-    """timing.device is cuda and torch sees a GPU here (harness.meta.resolve_device)."""
-    from harness.meta import resolve_device
-
-    return cfg["timing"]["device"] == "cuda" and resolve_device("cuda")[0] == "cuda"
+    """timing.device is cuda and torch sees a GPU here (harness.meta.timing_gpu)."""
+    return timing_gpu(cfg)[0]
 
 
 def _sync(device: str) -> None:
@@ -1182,14 +1180,6 @@ def scale_settings(mcfg: Mapping[str, Any]) -> dict[str, Any]:
     return {**SCALE_DEFAULTS, **(mcfg.get("scale") or {})}
 
 
-def _gpu_reason(cfg: Mapping[str, Any]) -> str:
-    from harness.meta import resolve_device
-
-    if cfg["timing"]["device"] != "cuda":
-        return "not run: no GPU in this run (timing.device is cpu; set timing.device: cuda on a GPU machine)"
-    return f"not run: no GPU in this run ({resolve_device('cuda')[1]})"
-
-
 def _say(msg: str) -> None:
     print(f"[scale {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -1248,8 +1238,7 @@ def scale_measure(ctx: Context, out_dir: Path) -> list[Path]:
     test_batches = -(-int(sc["test_questions"]) // bs)
     n_batches = int(sc["batches"])
     B, top_m = int(s["batch_size"]), int(s["retrieval_top_m"])
-    gpu = _cuda_ok(cfg)
-    gpu_why = None if gpu else _gpu_reason(cfg)
+    gpu, gpu_why = timing_gpu(cfg)
     rng = np.random.default_rng(cfg["seed"])
     p = syn.token_probabilities(vocab, float(sc["density"]), slope, rng)
     qbatches = [syn.sparse_queries(bs, vocab, int(sc["query_active"]), p, rng) for _ in range(n_batches)]

@@ -34,13 +34,13 @@ from typing import Any
 from harness.config import add_config_argument, load_config
 from harness.errors import ConfigError, DataError
 from harness.io import atomic_path, atomic_write_text, read_json
+from harness.tables.render import SHOW_UNIT, format_measured
 
 #: status -> CSS class; every status is also printed as its word (the page reads without colour)
 STATUS_CLASS = {"OK": "ok", "OKish": "okish", "FAIL": "fail", "stand-in": "standin", "projected": "projected",
                 "no published value": "nopub", "not run": "notrun", "published only": "pubonly", "text": "text"}
 COUNTED = ("OK", "OKish", "FAIL", "stand-in", "projected", "no published value", "not run")
 PROFILE_ORDER = ("smoke", "ci", "small", "scale", "paper")
-SHOW_UNIT = {"ms", "s", "m", "h", "GB", "MB", "Q/s", "x"}
 IMAGE_SUFFIXES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
 
 CSS = """
@@ -129,8 +129,6 @@ def page(title: str, body: list[str], depth: int) -> str:
 
 
 def fmt(x: float | None, unit: str) -> str:
-    from harness.tables.render import format_measured
-
     text = format_measured(x, unit)
     return f"{text} {unit}" if text and unit in SHOW_UNIT else text
 
@@ -344,7 +342,7 @@ class Site:
                         f"<tr id='{prov_ids[(p, c['row'], c['column'])]}'><td>{esc(c['row'])} / {esc(c['column'])}</td>"
                         f"<td>{esc(c['system'])}</td><td>{esc(c['dataset'])} <span class='small'>{esc(c.get('dataset_id'))}</span></td>"
                         f"<td>{esc(c.get('evaluation'))}</td><td>{kind}{' on ' + esc(c['device']) if c.get('device') else ''}</td>"
-                        f"<td><code>{esc(prov.get('config_hash'))}</code></td><td><code>{esc((prov.get('git_commit') or '')[:12])}</code></td>"
+                        f"<td><code>{esc(prov.get('config_hash'))}</code></td><td><code>{esc(short_commit(prov.get('git_commit') or ''))}</code></td>"
                         f"<td>{esc(hw.get('cpu', ''))} {esc(hw.get('cpus', ''))}</td><td>{link}</td></tr>")
                 body.append("</table>")
             body.append("</details>")
@@ -397,8 +395,6 @@ class Site:
         out = []
         for p, r in recs.items():
             for f in r.get("figures") or []:
-                if isinstance(f, str):  # records written before figures carried their source
-                    continue
                 src = f.get("source")
                 title = f"{f['name']} (profile {p}, written by the measure job)"
                 if not src or not Path(src).is_file():
@@ -407,8 +403,10 @@ class Site:
                 src = Path(src)
                 if src.suffix.lower() in IMAGE_SUFFIXES:
                     name = f"{slug(table)}-{slug(p)}-{src.name}"
-                    (root / paper / "img").mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(src, root / paper / "img" / name)
+                    dest = root / paper / "img" / name
+                    if not dest.exists():  # the table page and its figure pages show the same file
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(src, dest)
                     out.append(f"<h2>{esc(title)}</h2><img class='fig' src='img/{esc(name)}' alt='{esc(title)}'>")
                 else:
                     text = src.read_text(encoding="utf-8", errors="replace")

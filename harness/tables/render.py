@@ -12,7 +12,8 @@ import argparse
 import csv
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -76,24 +77,19 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
     return tinfo, cells
 
 
-_SHOW_UNIT = {"ms", "s", "m", "h", "GB", "MB", "Q/s", "x"}
+SHOW_UNIT = {"ms", "s", "m", "h", "GB", "MB", "Q/s", "x"}
 
 
 def _pub(c: Cell) -> str:
     if c.published is None:
         return "—"
     text = format_value(c.published)
-    return f"{text} {c.unit}" if c.unit in _SHOW_UNIT else text
+    return f"{text} {c.unit}" if c.unit in SHOW_UNIT else text
 
 
 def format_measured(x: float | None, unit: str) -> str:
     """A measured value as the tables print it (two decimals for ratios and sizes, else one)."""
     return _num(x, 2 if unit in {"ratio", "GB", "MB"} else 1)
-
-
-def format_published(c: Cell) -> str:
-    """A published value as the tables print it (its literal, with the unit where one is shown)."""
-    return _pub(c)
 
 
 def _num(x: float | None, digits: int = 1) -> str:
@@ -174,7 +170,7 @@ def to_csv(paper: str, table: str, cells: list[Cell]) -> str:
     return buf.getvalue()
 
 
-def _provenance(cfg: Mapping[str, Any], c: Cell) -> dict[str, Any]:
+def _provenance(cfg: Mapping[str, Any], c: Cell, read: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
     """Where a measured cell comes from: the file, and the meta.json of the job that made it (the search
     job's run folder for an evaluation file, the measure job's folder for a metrics file)."""
     from harness.config import results_root
@@ -193,17 +189,17 @@ def _provenance(cfg: Mapping[str, Any], c: Cell) -> dict[str, Any]:
     out: dict[str, Any] = {"source": str(src)}
     meta_path = folder / META
     if meta_path.exists():
-        meta = read_json(meta_path)
+        meta = read(meta_path)
         out.update({k: meta.get(k) for k in ("job", "config_hash", "git_commit", "created", "hardware", "seconds")})
         out["meta"] = str(meta_path)
     return out
 
 
-def _evaluation(c: Cell, table_rule: str | None) -> str:
+def _evaluation(c: Cell, table_rule: str | None, read: Callable[[Path], dict[str, Any]]) -> str:
     """How a measured cell's number was obtained, as its source file says: the answer rule (or gold
     relevance) and the questions of an evaluation file, the protocol of a metrics entry."""
     m = c.measure or ""
-    doc = read_json(Path(c.source)) if c.source and Path(c.source).exists() else {}
+    doc = read(Path(c.source)) if c.source and Path(c.source).exists() else {}
     if m.startswith("metric:"):
         entry = (doc.get("values") or {}).get(m.removeprefix("metric:")) or {}
         proto = entry.get("protocol") or doc.get("protocol")
@@ -226,6 +222,7 @@ def to_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str
 
     tmatrix = load_matrix(paper)["tables"].get(table, {})
     rule = tmatrix.get("answer_rule")
+    read = cache(read_json)  # a system's eval file and its job's meta.json serve every column of its row
     out_cells = []
     for c in cells:
         rec: dict[str, Any] = {
@@ -239,8 +236,8 @@ def to_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str
             "device": c.device or "", "projected": c.projected,
         }
         if c.kind == "measured":
-            rec["evaluation"] = _evaluation(c, rule)
-            rec["provenance"] = _provenance(cfg, c)
+            rec["evaluation"] = _evaluation(c, rule, read)
+            rec["provenance"] = _provenance(cfg, c, read)
         out_cells.append(rec)
     return {
         "paper": paper, "table": table, "title": tinfo["title"], "published_caption": tinfo.get("caption", ""),
