@@ -34,12 +34,17 @@ def _args(stage: str, argv: list[str]) -> argparse.Namespace:
 def run_stage(stage: str, argv: list[str]) -> int:
     import importlib
 
+    from harness import numerics
+
+    args = _args(stage, argv)
+    mode = numerics.mode_for(stage, numerics.requested(args.config))
+    numerics.apply(mode)  # before numpy, torch and faiss load (load_config imports them)
     from harness import plan as hplan
     from harness.meta import write_meta
     from harness.methods.base import Context
 
-    args = _args(stage, argv)
     cfg = load_config(args.config)
+    numerics.check(cfg, numerics.requested(args.config))
     p, job, inputs = hplan.resolve(cfg, stage, args.job, args.dataset)
     from harness.workflow import announce
 
@@ -56,7 +61,8 @@ def run_stage(stage: str, argv: list[str]) -> int:
                    seconds=time.perf_counter() - t0,
                    extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
                           "config_values": p.values(job), "input_hashes": p.input_hashes(job),
-                          "inputs": {r: str(v) for r, v in inputs.items()}, **info})
+                          "inputs": {r: str(v) for r, v in inputs.items()}, "numerics": numerics.describe(mode),
+                          **info})
     where = f" on {job.dataset}" if job.dataset else ""
     print(f"{stage} {job.id}{where}: done in {time.perf_counter() - t0:.1f}s"
           + (f" ({', '.join(job.systems)})" if job.systems else ""))

@@ -349,9 +349,12 @@ def test_binary_csr_drops_special_ids():
     assert sp.isspmatrix_csr(m)
 
 
-def test_cli_reports_an_unknown_job_in_one_line(tmp_path, capsys):
+def test_cli_reports_an_unknown_job_in_one_line(tmp_path, capsys, monkeypatch):
+    from harness import numerics
     from harness.cli import main
 
+    for k, v in numerics.PORTABLE_ENV.items():  # this process loaded torch already: as if started portable
+        monkeypatch.setenv(k, v)
     rc = main(["train", "--job", "svdr.abl-m10", "--out", str(tmp_path / "m")])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error: no train job 'svdr.abl-m10'") and "did you mean 'svdr.abl-m100'" in err
