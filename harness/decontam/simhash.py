@@ -480,12 +480,23 @@ def _worker_batch(args: tuple[list[str], int]) -> np.ndarray:
     return fingerprints(texts, batch_size=batch_size)
 
 
+def pool_start_method() -> str:
+    """How worker pools start: ``forkserver`` where the platform has it, else its default. Not
+    ``fork``: a process that already runs threads (torch's OpenMP pool, the JVM of pyserini, a test
+    runner) can fork a child while another thread holds a lock the child then waits on forever;
+    seen in CI as a decontamination pool that never returned. A forkserver is a fresh
+    single-threaded process, so its children start clean."""
+    import multiprocessing as mp
+
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else mp.get_start_method()
+
+
 def _fingerprints_parallel(texts: list[str], batch_size: int, workers: int) -> np.ndarray:
     import multiprocessing as mp
 
     chunk = max(batch_size, -(-len(texts) // (workers * 4)))
     parts = [(texts[a:a + chunk], batch_size) for a in range(0, len(texts), chunk)]
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    ctx = mp.get_context(pool_start_method())  # not fork: see pool_start_method
     with ctx.Pool(workers) as pool:
         results = pool.map(_worker_batch, parts)
     return np.concatenate(results) if results else np.empty(0, dtype=np.uint64)

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.decontam.simhash import FingerprintIndex, fingerprints, format_query
+from harness.decontam.simhash import FingerprintIndex, fingerprints, format_query, pool_start_method
 from harness.errors import ConfigError, DataError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -252,7 +252,7 @@ def run(
         if workers > 1:
             import multiprocessing as mp
 
-            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+            ctx = mp.get_context(pool_start_method())  # not fork: see pool_start_method
             pool = ctx.Pool(workers)
         stats: dict[str, TrainStats] = {}
         table7: list[list[Any]] = []
