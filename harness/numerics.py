@@ -24,6 +24,17 @@ product with the fourth. What each pins:
 
 Thread counts are already fixed by each method's ``torch_threads`` (MKL's CNR needs that too).
 
+Not covered by any variable: MKL's vector math (VML), which torch calls for ``sqrt``, ``log2``,
+``log10``, ``asin``, ``acos`` and ``atan`` on float tensors. Its results depend on how the CPU's
+approximation instructions round, whatever ``MKL_CBWR`` says: on this project's AMD EPYC (Zen 4) and
+under QEMU emulating an Intel Haswell, the same binaries and variables give different bits for
+``torch.sqrt`` (tests/test_numerics.py). ``torch.optim.AdamW``'s default (for-each) step takes that
+``sqrt`` of its second moment on every step, so a model trained on an Intel CPU differed in its last
+bits from one trained on an AMD CPU, which FSQ rounding (QCR), k-means, LSH signs and IVF assignment
+then turned into different codes: ci's qcr Success@100 0.3526 recorded on an Intel Xeon, 0.3637 on an
+AMD EPYC, both portable. So portable also trains with AdamW's fused CPU step (:func:`optimizer_options`),
+whose square root is the CPU's correctly rounded one (the same bits everywhere).
+
 ``native``: the kernels each library picks for this CPU (fastest; the paper profile, which says
 so). Measure jobs always run native: their figures time the machine as it is, not a pinned path.
 
@@ -56,6 +67,26 @@ PORTABLE_ENV: dict[str, str] = {
 }
 #: libraries whose kernel choice the variables steer; they read them when they load
 _LOADERS = ("numpy", "torch", "faiss")
+#: the revision of what portable computes; job hashes carry it (:func:`identity`), so an artifact
+#: built on an earlier portable path is rebuilt (2: AdamW's fused step, not MKL VML's sqrt)
+PORTABLE_REVISION = 2
+_active = "native"  # the mode apply() set in this process
+
+
+def identity(mode: str) -> str:
+    """What a job's hash carries for ``mode``: ``portable/<revision>`` or ``native``."""
+    return f"portable/{PORTABLE_REVISION}" if mode == "portable" else mode
+
+
+def active() -> str:
+    """The mode :func:`apply` set in this process (``native`` where it was not called)."""
+    return _active
+
+
+def optimizer_options() -> dict[str, Any]:
+    """Keyword arguments for ``torch.optim.AdamW`` in this process: portable takes the fused CPU
+    step (no MKL VML ``sqrt``: the same bits on every x86-64 CPU); native keeps torch's default."""
+    return {"fused": True} if _active == "portable" else {}
 
 
 def requested(config_paths: Iterable[str | Path]) -> str:
@@ -83,8 +114,11 @@ def apply(mode: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """Set the variables of ``mode`` in ``environ`` (os.environ): portable overrides whatever the
     environment asked for. Raises when a library they steer is already loaded in this process (the
     setting would silently not hold). Returns the variables set."""
+    global _active
     env = os.environ if environ is None else environ
     if mode_for("train", mode) != "portable":
+        if environ is None:
+            _active = "native"
         return {}
     if environ is None:
         loaded = [m for m in _LOADERS if m in sys.modules]
@@ -93,14 +127,17 @@ def apply(mode: str, environ: dict[str, str] | None = None) -> dict[str, str]:
             raise HarnessError(f"numerics: portable must be set before {', '.join(loaded)} is imported "
                                f"(would change {', '.join(changed)} too late); call harness.numerics.apply first")
     env.update(PORTABLE_ENV)
+    if environ is None:
+        _active = "portable"
     return dict(PORTABLE_ENV)
 
 
 def describe(mode: str) -> dict[str, Any]:
     """What meta.json records: the setting, the variables in force, and the kernel levels the loaded
     libraries report (torch's CPU capability, faiss's SIMD level)."""
-    out: dict[str, Any] = {"mode": mode,
-                           "env": {k: os.environ[k] for k in sorted(PORTABLE_ENV) if k in os.environ}}
+    out: dict[str, Any] = {"mode": mode, "identity": identity(mode),
+                           "env": {k: os.environ[k] for k in sorted(PORTABLE_ENV) if k in os.environ},
+                           "adamw": optimizer_options() or "torch default"}
     torch = sys.modules.get("torch")
     if torch is not None:
         out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()

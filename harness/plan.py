@@ -32,6 +32,7 @@ from typing import Any
 from harness.config import lookup_key, results_root
 from harness.errors import ConfigError, DataError
 from harness.numerics import STAGES as NUMERIC_STAGES
+from harness.numerics import identity as numeric_identity
 
 STAGES = ("train", "index", "search", "measure")
 #: input kinds a job may name
@@ -224,7 +225,7 @@ class Plan:
         """The config values a job reads (its own keys and params)."""
         vals = {k: lookup_key(self.cfg, k) for k in job.keys}
         if job.stage in NUMERIC_STAGES:  # the kernels a job ran on change its floats (harness.numerics)
-            vals["numerics"] = self.cfg.get("numerics", "portable")
+            vals["numerics"] = numeric_identity(self.cfg.get("numerics", "portable"))
         if job.params:
             vals["params"] = json.loads(json.dumps(job.params, sort_keys=True, default=str))
         return vals

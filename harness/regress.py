@@ -314,7 +314,9 @@ def main(argv: list[str]) -> int:
         for b in breaches:
             print(f"  BREACH {b}")
         return 1
-    print(f"regression: all {len(rows)} values within tolerance (profile {cfg['profile']})")
+    same = sum(round(r["measured"], 4) == r["expected"] for r in rows)
+    print(f"regression: all {len(rows)} values within tolerance (profile {cfg['profile']}); {same} of them "
+          f"identical to the recorded value at 4 decimals")
     if args.out:
         write_json(args.out, {"profile": cfg["profile"], "values": rows})
     return 0

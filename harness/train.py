@@ -12,7 +12,8 @@ owns the rest, the same for every method:
   ``batch_size`` consecutive indices; a batch smaller than ``min_batch`` (2: in-batch negatives
   need a second question) is skipped; training stops after ``total`` optimizer steps,
   ``total = round(ceil(n / (batch_size * grad_accum)) * epochs)``;
-- AdamW with a linear warm-up (``warmup_ratio`` of the steps) and linear decay to 0
+- AdamW (its fused CPU step under ``numerics: portable``, :func:`harness.numerics.optimizer_options`)
+  with a linear warm-up (``warmup_ratio`` of the steps) and linear decay to 0
   (:func:`lr_lambda`), gradient clipping (``grad_clip``, max norm), gradient accumulation
   (``grad_accum`` batches per optimizer step, each loss divided by ``grad_accum``);
 - seeding (:func:`set_seed`) and one subsampling rule (:func:`subsample`);
@@ -42,6 +43,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness import numerics
 from harness.errors import ConfigError
 
 T = TypeVar("T")
@@ -197,7 +199,7 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
         m.train()
     params = list(params)
     total = total_steps(n, bs, ts.epochs, accum)
-    opt = torch.optim.AdamW(params, lr=ts.lr, weight_decay=ts.weight_decay)
+    opt = torch.optim.AdamW(params, lr=ts.lr, weight_decay=ts.weight_decay, **numerics.optimizer_options())
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, ts.warmup_ratio))
     opt, sched = acc.prepare_optimizer(opt), acc.prepare_scheduler(sched)
     rng = rng if rng is not None else random.Random(seed)

@@ -111,6 +111,94 @@ def test_plan_hash_moves_with_numerics():
     assert {"train", "search", "measure"} <= {j.stage for j in jobs}
     for job in jobs:
         if job.stage in numerics.STAGES:
-            assert pa.values(job)["numerics"] == "portable" and pa.hash(job) != pb.hash(job), job.id
+            assert pa.values(job)["numerics"] == numerics.identity("portable") == f"portable/{numerics.PORTABLE_REVISION}"
+            assert pa.hash(job) != pb.hash(job), job.id
         else:
             assert "numerics" not in pa.values(job), job.id
+
+
+def test_bench_numerics_sums_job_seconds_by_stage(tmp_path):
+    """`bench numerics` attributes time to stages from Snakemake's benchmark files."""
+    from harness.bench.numerics import stage_seconds
+
+    head = "s\th:m:s\tmax_rss\tmax_vms\n"
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "dpr.tsv").write_text(head + "12.5\t0:00:12\t100\t200\n")
+    (tmp_path / "train" / "qcr.tsv").write_text(head + "7.5\t0:00:07\t100\t200\n")
+    (tmp_path / "search" / "bm25").mkdir(parents=True)
+    (tmp_path / "search" / "bm25" / "scifact.tsv").write_text(head + "3.0\t0:00:03\tNA\tNA\n")
+    (tmp_path / "report.tsv").write_text(head + "1.0\t0:00:01\t1\t1\n" + "x\t-\t-\t-\n")
+    assert stage_seconds(tmp_path) == {"train": 20.0, "search": 3.0, "report": 1.0}
+    assert stage_seconds(tmp_path / "absent") == {}
+
+
+#: a short train_loop run in a fresh process: a small transformer-like stack (linear, GELU, layer
+#: norm, softmax), AdamW as harness.train builds it; prints the sha256 of the weights and of torch.sqrt
+_PROBE = r'''
+import hashlib, sys
+from harness import numerics
+numerics.apply(sys.argv[1])
+if sys.argv[2:] == ["default-adamw"]:  # the portable path before revision 2 (AdamW's for-each step)
+    numerics.optimizer_options = lambda: {}
+import torch
+from harness.train import TrainSettings, set_seed, train_loop
+set_seed(13)
+torch.set_num_threads(2)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),
+                            torch.nn.Linear(128, 32))
+g = torch.Generator().manual_seed(0)
+x, y = torch.randn(96, 64, generator=g), torch.randint(0, 32, (96,), generator=g)
+def step(batch, i, rng):
+    idx = torch.tensor(batch)
+    return torch.nn.functional.cross_entropy(model(x[idx]), y[idx]), {}
+train_loop(list(range(96)), step, list(model.parameters()), seed=13, out=None, modules=[model],
+           settings=TrainSettings(epochs=2, batch_size=16, lr=1e-3, log_every=100))
+w = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
+s = hashlib.sha256(torch.sqrt(torch.rand(4096, generator=g) + 0.1).numpy().tobytes()).hexdigest()[:16]
+print("weights", w, "sqrt", s)
+'''
+
+
+def _qemu() -> str:
+    """qemu-x86_64 (Debian's qemu-user), installed with apt-get when missing, else a skip saying why."""
+    import shutil
+
+    if shutil.which("qemu-x86_64") is None and shutil.which("apt-get") and os.geteuid() == 0:
+        for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                                                   "qemu-user"]):
+            subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    path = shutil.which("qemu-x86_64")
+    if path is None:
+        pytest.skip("qemu-x86_64 is not installed and apt-get could not install it: apt-get install qemu-user")
+    return path
+
+
+def _probe(mode: str, emulate: str | None, *extra: str) -> tuple[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in numerics.PORTABLE_ENV}
+    cmd = [sys.executable, "-c", _PROBE, mode, *extra]
+    if emulate:
+        cmd = [_qemu(), "-cpu", emulate, *cmd]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("weights ")]
+    assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-2000:]
+    _, w, _, s = line[-1].split()
+    return w, s
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="x86-64 Linux only")
+def test_portable_training_is_the_same_on_an_emulated_intel_cpu():
+    """Another CPU for real: QEMU's Haswell (an Intel CPUID, its own rounding of the approximation
+    instructions) against this machine's CPU. MKL VML's torch.sqrt differs between the two whatever
+    the variables say, and so did AdamW's default step built on it; portable's fused step does not."""
+    native_w, native_sqrt = _probe("portable", None)
+    emu_w, emu_sqrt = _probe("portable", "Haswell")
+    old_native_w, _ = _probe("portable", None, "default-adamw")
+    old_emu_w, _ = _probe("portable", "Haswell", "default-adamw")
+    print(f"\nportable/{numerics.PORTABLE_REVISION} (fused AdamW): weights {native_w} here, {emu_w} on QEMU's Haswell"
+          f"\nportable/1 (AdamW's default step): weights {old_native_w} here, {old_emu_w} on QEMU's Haswell"
+          f"\ntorch.sqrt (MKL VML): {native_sqrt} here, {emu_sqrt} there")
+    assert native_sqrt != emu_sqrt, "VML's sqrt gave the same bits on both: the emulated CPU is no other CPU here"
+    assert old_native_w != old_emu_w, "AdamW's default step gave the same weights on both CPUs: the test shows nothing"
+    assert native_w == emu_w, "portable training gave different weights on another CPU"

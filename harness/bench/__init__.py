@@ -15,6 +15,7 @@ BENCHMARKS.add("beta-search", "harness.bench.beta_search")
 BENCHMARKS.add("bpr-index", "harness.bench.bpr_index")
 BENCHMARKS.add("lr-query-speed", "harness.bench.lr_query_speed")
 BENCHMARKS.add("phrase-search", "harness.bench.phrase_search")
+BENCHMARKS.add("numerics", "harness.bench.numerics")
 
 
 def run(name: str, argv: list[str]) -> int:

@@ -1,0 +1,119 @@
+"""`python -m harness bench numerics`: what ``numerics: portable`` costs against ``native``.
+
+Runs the same Snakemake target(s) once per setting, each from an empty results folder
+(``<out>/<mode>``), one after the other on this machine, and prints each run's wall, the
+ratio portable / native, and where the time went (the sum of Snakemake's per-job benchmark
+seconds by stage). Every job runs in both (data, decontamination and measure jobs read no
+``numerics``; they are the same work), so the ratio is the whole run's cost of the setting.
+The environment's own kernel variables (``MKL_CBWR``, ``ATEN_CPU_CAPABILITY``, ...) are removed for
+both runs, so ``native`` is what this CPU picks by itself.
+
+    python -m harness bench numerics                                   # smoke reproduce_all
+    HARNESS_DATA_MIRROR=../shared/data python -m harness bench numerics \\
+        --config configs/profiles/small.yaml configs/profiles/ci.yaml --target regression
+
+No target to meet: the figures are for choosing the setting (README, "Same seed, same model, any CPU").
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.config import REPO, read_yaml
+from harness.errors import ConfigError
+from harness.numerics import MODES, PORTABLE_ENV
+
+
+def _profile(config_paths: list[str]) -> str:
+    profile = "smoke"
+    for path in (REPO / "configs" / "default.yaml", *map(Path, config_paths)):
+        doc = read_yaml(path)
+        if isinstance(doc, dict) and "profile" in doc:
+            profile = doc["profile"]
+    return profile
+
+
+def stage_seconds(bench_dir: Path) -> dict[str, float]:
+    """Sum of the ``s`` column of Snakemake's benchmark files under ``bench_dir``, by stage
+    (its first-level folder; a file directly under it is its own stage)."""
+    out: dict[str, float] = defaultdict(float)
+    for tsv in sorted(bench_dir.rglob("*.tsv")) if bench_dir.is_dir() else []:
+        stage = tsv.relative_to(bench_dir).parts[0].removesuffix(".tsv")
+        with tsv.open() as f:
+            for row in csv.DictReader(f, delimiter="\t"):
+                try:
+                    out[stage] += float(row["s"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+    return dict(out)
+
+
+def run_mode(mode: str, targets: list[str], config_paths: list[str], out: Path, cores: str) -> dict[str, Any]:
+    results_dir = out / mode
+    if results_dir.exists():
+        shutil.rmtree(results_dir)
+    results_dir.mkdir(parents=True)
+    overlay = out / f"{mode}.yaml"
+    overlay.write_text(yaml.safe_dump({"numerics": mode}))
+    env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
+    root = results_dir / _profile(config_paths)
+    targets = [t.replace("{R}", str(root)) for t in targets]  # a file target inside this mode's results
+    cmd = [sys.executable, "-m", "snakemake", "--nolock", "--cores", cores, *targets,
+           "--configfile", *config_paths, str(overlay), "--config", f"results_dir={results_dir}"]
+    log = out / f"{mode}.log"
+    print(f"numerics {mode}: {' '.join(cmd)}  (log {log})", flush=True)
+    t0 = time.perf_counter()
+    with log.open("w") as f:
+        r = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, check=False)
+    wall = time.perf_counter() - t0
+    if r.returncode:
+        raise ConfigError(f"bench numerics: the {mode} run failed (exit {r.returncode}); see {log}",
+                          fix="fix the failing job (its log is named in the Snakemake log), then run again")
+    return {"mode": mode, "wall_s": round(wall, 1), "stages_s": stage_seconds(results_dir / _profile(config_paths)
+                                                                               / "benchmarks")}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness bench numerics", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", nargs="*", default=[], help="profile files, as for snakemake --configfile")
+    ap.add_argument("--target", nargs="+", default=["reproduce_all"],
+                    help="Snakemake target(s); {R} stands for the mode's results folder, e.g. {R}/models/dpr")
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
+                    help="settings to run, in this order (default: portable, then native)")
+    ap.add_argument("--cores", default="all")
+    ap.add_argument("--out", type=Path, default=REPO / "results" / "bench-numerics",
+                    help="scratch folder; each setting's results go to <out>/<mode> (emptied first)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    configs = [str(Path(c).resolve()) for c in args.config]
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = [run_mode(m, args.target, configs, args.out.resolve(), args.cores) for m in args.modes]
+    stages = sorted({s for r in runs for s in r["stages_s"]})
+    print(f"\nbench numerics: {' '.join(args.target)} on profile {_profile(configs)}, {os.cpu_count()} cores, "
+          f"{platform.processor() or platform.machine()}; runs in the order {', '.join(args.modes)}")
+    print(f"{'':14}" + "".join(f"{r['mode']:>12}" for r in runs) + ("       ratio" if len(runs) == 2 else ""))
+    rows = [("wall", [r["wall_s"] for r in runs])] + [
+        (f"  {s}", [r["stages_s"].get(s, 0.0) for r in runs]) for s in stages]
+    for name, vals in rows:
+        ratio = f"{vals[0] / vals[1]:>11.2f}x" if len(vals) == 2 and vals[1] else ""
+        print(f"{name:14}" + "".join(f"{v:>11.1f}s" for v in vals) + ratio)
+    print("  (stage rows: the sum of the jobs' own seconds, Snakemake's benchmark files; jobs overlap on "
+          "several cores, so they add up to more than the wall)")
+    print("target: none; the ratio is the cost of numerics: portable on this machine")
+    if args.json:
+        args.json.write_text(json.dumps({"targets": args.target, "config": configs, "runs": runs,
+                                         "cpu": platform.processor(), "cores": os.cpu_count()}, indent=2))
+    return 0
