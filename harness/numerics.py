@@ -33,7 +33,8 @@ under QEMU emulating an Intel Haswell, the same binaries and variables give diff
 bits from one trained on an AMD CPU, which FSQ rounding (QCR), k-means, LSH signs and IVF assignment
 then turned into different codes: ci's qcr Success@100 0.3526 recorded on an Intel Xeon, 0.3637 on an
 AMD EPYC, both portable. So portable also trains with AdamW's fused CPU step (:func:`optimizer_options`),
-whose square root is the CPU's correctly rounded one (the same bits everywhere).
+whose square root is the CPU's correctly rounded one (the same bits everywhere), and QCR's entropy
+loss takes ``torch.cdist``'s exact-difference form (its matmul form ends in the same VML ``sqrt``).
 
 ``native``: the kernels each library picks for this CPU (fastest; the paper profile, which says
 so). Measure jobs always run native: their figures time the machine as it is, not a pinned path.

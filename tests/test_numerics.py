@@ -155,6 +155,10 @@ train_loop(list(range(96)), step, list(model.parameters()), seed=13, out=None, m
            settings=TrainSettings(epochs=2, batch_size=16, lr=1e-3, log_every=100))
 w = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
 s = hashlib.sha256(torch.sqrt(torch.rand(4096, generator=g) + 0.1).numpy().tobytes()).hexdigest()[:16]
+from harness.methods.qcr import entropy_loss  # QCR's loss over its FSQ codebook (torch.cdist)
+z, book = torch.randn(256, 5, generator=g).requires_grad_(), torch.randn(625, 5, generator=g)
+entropy_loss(z, book)[0].backward()
+w = hashlib.sha256((w + str(z.grad.numpy().tobytes())).encode()).hexdigest()[:16]
 print("weights", w, "sqrt", s)
 '''
 

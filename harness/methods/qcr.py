@@ -288,7 +288,9 @@ def entropy_loss(z, codebook):
     gradient of softmax(-||zeta - z||). Returns (entropy, batch-averaged distribution)."""
     import torch
 
-    logits = -torch.cdist(z, codebook)
+    # the exact-difference form: cdist's matmul form (its default past 25 rows) takes MKL VML's sqrt,
+    # whose bits depend on the CPU (harness.numerics); the codebook has only len(levels) dimensions
+    logits = -torch.cdist(z, codebook, compute_mode="donot_use_mm_for_euclid_dist")
     p = logits.softmax(-1)
     hard = torch.nn.functional.one_hot(p.argmax(-1), codebook.shape[0]).to(p.dtype)
     p_star = (hard + p - p.detach()).mean(0)
