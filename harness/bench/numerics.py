@@ -21,6 +21,7 @@ import csv
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def run_mode(mode: str, targets: list[str], config_paths: list[str], out: Path, 
     env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
     root = results_dir / _profile(config_paths)
     targets = [t.replace("{R}", str(root)) for t in targets]  # a file target inside this mode's results
-    cmd = [sys.executable, "-m", "snakemake", "--nolock", "--cores", cores, *targets,
+    cmd = [sys.executable, "-m", "snakemake", "--nolock", "--keep-going", "--cores", cores, *targets,
            "--configfile", *config_paths, str(overlay), "--config", f"results_dir={results_dir}"]
     log = out / f"{mode}.log"
     print(f"numerics {mode}: {' '.join(cmd)}  (log {log})", flush=True)
@@ -78,11 +79,14 @@ def run_mode(mode: str, targets: list[str], config_paths: list[str], out: Path, 
     with log.open("w") as f:
         r = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, check=False)
     wall = time.perf_counter() - t0
-    if r.returncode:
-        raise ConfigError(f"bench numerics: the {mode} run failed (exit {r.returncode}); see {log}",
-                          fix="fix the failing job (its log is named in the Snakemake log), then run again")
-    return {"mode": mode, "wall_s": round(wall, 1), "stages_s": stage_seconds(results_dir / _profile(config_paths)
-                                                                               / "benchmarks")}
+    failed = sorted(set(re.findall(r"^Error in rule (\w+):", log.read_text(), re.M)))
+    if r.returncode and failed != ["regression"]:
+        raise ConfigError(f"bench numerics: the {mode} run failed (exit {r.returncode}; rules {', '.join(failed)}); "
+                          f"see {log}", fix="fix the failing job (its log is named in the Snakemake log), then run again")
+    if failed:  # the values of another setting may leave the expected file's tolerances: timed all the same
+        print(f"numerics {mode}: the regression check failed (the expected values are portable's); timed as run")
+    return {"mode": mode, "wall_s": round(wall, 1), "regression_failed": bool(failed),
+            "stages_s": stage_seconds(root / "benchmarks")}
 
 
 def main(argv: list[str]) -> int:
