@@ -79,11 +79,6 @@ def identity(mode: str) -> str:
     return f"portable/{PORTABLE_REVISION}" if mode == "portable" else mode
 
 
-def active() -> str:
-    """The mode :func:`apply` set in this process (``native`` where it was not called)."""
-    return _active
-
-
 def optimizer_options() -> dict[str, Any]:
     """Keyword arguments for ``torch.optim.AdamW`` in this process: portable takes the fused CPU
     step (no MKL VML ``sqrt``: the same bits on every x86-64 CPU); native keeps torch's default."""

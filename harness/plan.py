@@ -31,8 +31,7 @@ from typing import Any
 
 from harness.config import lookup_key, results_root
 from harness.errors import ConfigError, DataError
-from harness.numerics import STAGES as NUMERIC_STAGES
-from harness.numerics import identity as numeric_identity
+from harness.numerics import STAGES as NUMERIC_STAGES, identity as numeric_identity
 
 STAGES = ("train", "index", "search", "measure")
 #: input kinds a job may name
@@ -100,9 +99,17 @@ def path(cfg: Mapping[str, Any], ref: Ref) -> Path:
     raise ConfigError(f"unknown input kind {k!r} (known: {', '.join(KINDS)})")
 
 
+#: the kind of artifact each stage writes
+OUTPUT_KIND = {"train": "model", "index": "index", "search": "run", "measure": "metrics"}
+
+
+def output_ref(job: Job) -> Ref:
+    """The artifact ``job`` writes (a model belongs to no dataset)."""
+    return Ref(OUTPUT_KIND[job.stage], job.id, None if job.stage == "train" else job.dataset)
+
+
 def output(cfg: Mapping[str, Any], job: Job) -> Path:
-    kind = {"train": "model", "index": "index", "search": "run", "measure": "metrics"}[job.stage]
-    return path(cfg, Ref(kind, job.id, job.dataset))
+    return path(cfg, output_ref(job))
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,7 +211,7 @@ class Plan:
     def producer(self, ref: Ref) -> tuple[str, str, str | None] | None:
         """(stage, id, dataset) of the job that makes ``ref`` (None for data/negatives/decontam)."""
         ref = self.run_of(ref)
-        stage = {"model": "train", "index": "index", "run": "search", "metrics": "measure"}.get(ref.kind)
+        stage = next((s for s, k in OUTPUT_KIND.items() if k == ref.kind), None)
         if stage is None:
             return None
         return stage, str(ref.id), (None if stage == "train" else ref.dataset)

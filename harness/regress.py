@@ -153,11 +153,10 @@ def link_unchanged(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[Pa
     from harness.meta import META, read_meta
 
     pb, po = hplan.get(base), hplan.get(other)
-    kind = {"train": "model", "index": "index", "search": "run", "measure": "metrics"}
     refs: set[hplan.Ref] = set()
     for stage in hplan.STAGES:
         for job in po.concrete(stage):
-            refs.add(hplan.Ref(kind[stage], job.id, None if stage == "train" else job.dataset))
+            refs.add(hplan.output_ref(job))
             refs.update(job.inputs.values())
     linked = []
     for ref in sorted({po.run_of(r) for r in refs}, key=str):

@@ -37,14 +37,15 @@ def run_stage(stage: str, argv: list[str]) -> int:
     from harness import numerics
 
     args = _args(stage, argv)
-    mode = numerics.mode_for(stage, numerics.requested(args.config))
+    requested = numerics.requested(args.config)
+    mode = numerics.mode_for(stage, requested)
     numerics.apply(mode)  # before numpy, torch and faiss load (load_config imports them)
     from harness import plan as hplan
     from harness.meta import write_meta
     from harness.methods.base import Context
 
     cfg = load_config(args.config)
-    numerics.check(cfg, numerics.requested(args.config))
+    numerics.check(cfg, requested)
     p, job, inputs = hplan.resolve(cfg, stage, args.job, args.dataset)
     from harness.workflow import announce
 

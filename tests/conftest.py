@@ -22,6 +22,30 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def apt_install():
+    """``install(packages, purpose)``: Debian packages with apt-get (as root), for a test whose tool
+    the machine lacks; skips saying why (``purpose``) where it cannot install them."""
+    import shutil
+    import subprocess
+
+    def install(packages: list[str], purpose: str) -> None:
+        if shutil.which("apt-get") is None or os.geteuid() != 0:
+            pytest.skip(f"{purpose}: apt-get cannot install {' '.join(packages)} here (needs root and Debian's "
+                        f"apt): apt-get install {' '.join(packages)}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                                                   *packages]):
+            try:
+                r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, env=env)
+            except subprocess.TimeoutExpired:
+                pytest.skip(f"{' '.join(cmd)} timed out: {purpose}")
+            if r.returncode != 0:
+                pytest.skip(f"{' '.join(cmd)} failed ({r.stderr.strip()[-300:]}): {purpose}")
+
+    return install
+
+
+@pytest.fixture(scope="session")
 def smoke_run(repo, tmp_path_factory):
     """The whole DAG on the smoke profile, once per session, into a temporary results folder:
     (results folder, the finished snakemake process). Tests that use it are marked slow."""

@@ -163,26 +163,23 @@ print("weights", w, "sqrt", s)
 '''
 
 
-def _qemu() -> str:
+@pytest.fixture(scope="module")
+def qemu(apt_install) -> str:
     """qemu-x86_64 (Debian's qemu-user), installed with apt-get when missing, else a skip saying why."""
     import shutil
 
-    if shutil.which("qemu-x86_64") is None and shutil.which("apt-get") and os.geteuid() == 0:
-        for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                                                   "qemu-user"]):
-            subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    if shutil.which("qemu-x86_64") is None:
+        apt_install(["qemu-user"], "no CPU emulator for the emulated-CPU test")
     path = shutil.which("qemu-x86_64")
     if path is None:
-        pytest.skip("qemu-x86_64 is not installed and apt-get could not install it: apt-get install qemu-user")
+        pytest.skip("apt-get installed qemu-user but qemu-x86_64 is not on PATH")
     return path
 
 
-def _probe(mode: str, emulate: str | None, *extra: str) -> tuple[str, str]:
+def _probe(mode: str, emulator: list[str], *extra: str) -> tuple[str, str]:
+    """Run _PROBE under ``emulator`` (e.g. [qemu, "-cpu", "Haswell"]; [] for this CPU)."""
     env = {k: v for k, v in os.environ.items() if k not in numerics.PORTABLE_ENV}
-    cmd = [sys.executable, "-c", _PROBE, mode, *extra]
-    if emulate:
-        cmd = [_qemu(), "-cpu", emulate, *cmd]
+    cmd = [*emulator, sys.executable, "-c", _PROBE, mode, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("weights ")]
     assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-2000:]
@@ -192,14 +189,15 @@ def _probe(mode: str, emulate: str | None, *extra: str) -> tuple[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="x86-64 Linux only")
-def test_portable_training_is_the_same_on_an_emulated_intel_cpu():
+def test_portable_training_is_the_same_on_an_emulated_intel_cpu(qemu):
     """Another CPU for real: QEMU's Haswell (an Intel CPUID, its own rounding of the approximation
     instructions) against this machine's CPU. MKL VML's torch.sqrt differs between the two whatever
     the variables say, and so did AdamW's default step built on it; portable's fused step does not."""
-    native_w, native_sqrt = _probe("portable", None)
-    emu_w, emu_sqrt = _probe("portable", "Haswell")
-    old_native_w, _ = _probe("portable", None, "default-adamw")
-    old_emu_w, _ = _probe("portable", "Haswell", "default-adamw")
+    haswell = [qemu, "-cpu", "Haswell"]
+    native_w, native_sqrt = _probe("portable", [])
+    emu_w, emu_sqrt = _probe("portable", haswell)
+    old_native_w, _ = _probe("portable", [], "default-adamw")
+    old_emu_w, _ = _probe("portable", haswell, "default-adamw")
     print(f"\nportable/{numerics.PORTABLE_REVISION} (fused AdamW): weights {native_w} here, {emu_w} on QEMU's Haswell"
           f"\nportable/1 (AdamW's default step): weights {old_native_w} here, {old_emu_w} on QEMU's Haswell"
           f"\ntorch.sqrt (MKL VML): {native_sqrt} here, {emu_sqrt} there")

@@ -6,9 +6,7 @@ Chromium and its driver come from Debian (packages chromium, chromium-driver); w
 the test installs them with apt-get (as root), and skips saying why where it cannot."""
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -18,7 +16,7 @@ CHROMIUM = ("chromium", "chromium-browser")
 DRIVER = "chromedriver"
 
 
-def ensure_chromium() -> tuple[str, str]:
+def ensure_chromium(apt_install) -> tuple[str, str]:
     """(browser, driver) paths; installs Debian's chromium + chromium-driver when missing, else skips."""
     def found() -> tuple[str | None, str | None]:
         return next((p for p in map(shutil.which, CHROMIUM) if p), None), shutil.which(DRIVER)
@@ -26,18 +24,7 @@ def ensure_chromium() -> tuple[str, str]:
     browser, driver = found()
     if browser and driver:
         return browser, driver
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        pytest.skip("chromium / chromedriver are not installed and apt-get cannot install them here "
-                    "(needs root and Debian's apt): apt-get install chromium chromium-driver")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                                               "chromium", "chromium-driver"]):
-        try:
-            r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, env=env)
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"{' '.join(cmd)} timed out: no browser for the site test")
-        if r.returncode != 0:
-            pytest.skip(f"{' '.join(cmd)} failed ({r.stderr.strip()[-300:]}): no browser for the site test")
+    apt_install(["chromium", "chromium-driver"], "no browser for the site test")
     browser, driver = found()
     if not (browser and driver):
         pytest.skip("apt-get installed chromium but chromium / chromedriver are not on PATH")
@@ -45,13 +32,13 @@ def ensure_chromium() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(apt_install):
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError:
         pytest.skip("selenium is not installed (pip install selenium==4.40.0, a pinned dependency)")
-    binary, driver_path = ensure_chromium()
+    binary, driver_path = ensure_chromium(apt_install)
     opts = webdriver.ChromeOptions()
     opts.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

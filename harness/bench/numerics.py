@@ -32,18 +32,9 @@ from typing import Any
 
 import yaml
 
-from harness.config import REPO, read_yaml
+from harness.config import REPO, load_config, results_root
 from harness.errors import ConfigError
 from harness.numerics import MODES, PORTABLE_ENV
-
-
-def _profile(config_paths: list[str]) -> str:
-    profile = "smoke"
-    for path in (REPO / "configs" / "default.yaml", *map(Path, config_paths)):
-        doc = read_yaml(path)
-        if isinstance(doc, dict) and "profile" in doc:
-            profile = doc["profile"]
-    return profile
 
 
 def stage_seconds(bench_dir: Path) -> dict[str, float]:
@@ -61,7 +52,8 @@ def stage_seconds(bench_dir: Path) -> dict[str, float]:
     return dict(out)
 
 
-def run_mode(mode: str, targets: list[str], config_paths: list[str], out: Path, cores: str) -> dict[str, Any]:
+def run_mode(mode: str, targets: list[str], config_paths: list[str], profile: str, out: Path,
+             cores: str) -> dict[str, Any]:
     results_dir = out / mode
     if results_dir.exists():
         shutil.rmtree(results_dir)
@@ -69,7 +61,7 @@ def run_mode(mode: str, targets: list[str], config_paths: list[str], out: Path, 
     overlay = out / f"{mode}.yaml"
     overlay.write_text(yaml.safe_dump({"numerics": mode}))
     env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
-    root = results_dir / _profile(config_paths)
+    root = results_root({"results_dir": results_dir, "profile": profile})
     targets = [t.replace("{R}", str(root)) for t in targets]  # a file target inside this mode's results
     cmd = [sys.executable, "-m", "snakemake", "--nolock", "--keep-going", "--cores", cores, *targets,
            "--configfile", *config_paths, str(overlay), "--config", f"results_dir={results_dir}"]
@@ -104,9 +96,10 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     configs = [str(Path(c).resolve()) for c in args.config]
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = [run_mode(m, args.target, configs, args.out.resolve(), args.cores) for m in args.modes]
+    profile = load_config(configs)["profile"]
+    runs = [run_mode(m, args.target, configs, profile, args.out.resolve(), args.cores) for m in args.modes]
     stages = sorted({s for r in runs for s in r["stages_s"]})
-    print(f"\nbench numerics: {' '.join(args.target)} on profile {_profile(configs)}, {os.cpu_count()} cores, "
+    print(f"\nbench numerics: {' '.join(args.target)} on profile {profile}, {os.cpu_count()} cores, "
           f"{platform.processor() or platform.machine()}; runs in the order {', '.join(args.modes)}")
     print(f"{'':14}" + "".join(f"{r['mode']:>12}" for r in runs) + ("       ratio" if len(runs) == 2 else ""))
     rows = [("wall", [r["wall_s"] for r in runs])] + [
