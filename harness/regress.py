@@ -288,7 +288,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--record", nargs="*", metavar="KEY", help="write configs/expected/<profile>.yaml for these keys")
     ap.add_argument("--tol", type=float, default=0.02, help="tolerance used by --record without --seeds")
     ap.add_argument("--seeds", type=int, help="with --record: run under this many seeds and derive each tolerance "
-                    "from the spread (" + TOL_RULE + ")")
+                    "from the spread (" + TOL_RULE.replace("%", "%%") + ")")
     ap.add_argument("--cores", default="all", help="with --seeds: Snakemake's --cores")
     ap.add_argument("--no-run", action="store_true", help="with --seeds: the seeds' results exist; only record")
     args = ap.parse_args(argv)

@@ -128,3 +128,12 @@ def test_bad_log_options(tmp_path):
     assert r.returncode == 2 and "--log needs a file name" in r.stderr
     r = harness("--log", str(tmp_path / "x.log"), "nosuch")
     assert r.returncode == 2 and r.stderr.startswith("error: unknown command 'nosuch'")
+
+
+@pytest.mark.parametrize("command", [name for name in __import__("harness.cli").cli.COMMANDS if name != "bench"])
+def test_every_command_prints_its_help(command):
+    """`python -m harness <command> --help` prints a usage line and exits 0 (argparse formats each help
+    string with %, so a stray '%' in one crashes --help: `regress --help` did)."""
+    done = harness(command, "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage" in done.stdout.lower(), done.stdout[:500]
