@@ -33,6 +33,7 @@ from typing import Any
 from harness.datasets import Doc, Query, store
 from harness.config import fragment_defaults
 from harness.errors import ConfigError, DataError
+from harness.models.runtime import quiet_transformers, torch_for
 from harness.evaluate import qa
 from harness.methods.base import Context
 from harness.plan import Job, Ref
@@ -52,10 +53,7 @@ def settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _torch(ctx: Context):
-    import torch
-
-    torch.set_num_threads(settings(ctx.cfg)["torch_threads"])
-    return torch
+    return torch_for(threads=settings(ctx.cfg)["torch_threads"])
 
 
 def find_answer(text: str, answers: Sequence[str]) -> tuple[int, int] | None:
@@ -90,10 +88,9 @@ class Reader:
 
     @classmethod
     def from_backbone(cls, ctx: Context) -> Reader:
-        from harness.methods.dpr import _quiet_transformers
         from harness.models.backbones import load_encoder, load_tokenizer
 
-        _quiet_transformers()
+        quiet_transformers()
         name = settings(ctx.cfg)["backbone"]
         return cls(ctx, load_encoder(ctx.cfg, name), load_tokenizer(ctx.cfg, name))
 
@@ -102,9 +99,8 @@ class Reader:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        from harness.methods.dpr import _quiet_transformers
 
-        _quiet_transformers()
+        quiet_transformers()
         enc = AutoModel.from_pretrained(Path(folder) / ENCODER_DIR)
         r = cls(ctx, enc, AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR))
         r.heads.load_state_dict(torch.load(Path(folder) / HEADS_FILE, map_location="cpu"))

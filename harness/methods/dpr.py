@@ -19,6 +19,7 @@ from harness.datasets import Query, store
 from harness.errors import DataError
 from harness.io import iter_jsonl
 from harness.methods.base import Context, training_keys, wants_gpu
+from harness.models.runtime import quiet_transformers, torch_for
 from harness.plan import Job, Ref
 from harness.progress import batches
 
@@ -28,17 +29,7 @@ ENCODERS = ("question_encoder", "passage_encoder")
 
 
 def _torch(ctx: Context):
-    import torch
-
-    torch.set_num_threads(ctx.mcfg.get("torch_threads", 2))
-    return torch
-
-
-def _quiet_transformers() -> None:
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
+    return torch_for(ctx.mcfg)
 
 
 def prepare_question(ctx: Context, text: str) -> str:
@@ -66,7 +57,7 @@ class BiEncoder:
     def from_backbone(cls, ctx: Context) -> BiEncoder:
         from harness.models.backbones import load_encoder, load_tokenizer
 
-        _quiet_transformers()
+        quiet_transformers()
         q = load_encoder(ctx.cfg, ctx.mcfg["backbone"])
         p = q if ctx.mcfg.get("shared_encoder", False) else load_encoder(ctx.cfg, ctx.mcfg["backbone"])
         return cls(ctx, q, p, load_tokenizer(ctx.cfg, ctx.mcfg["backbone"]))
@@ -75,7 +66,7 @@ class BiEncoder:
     def load(cls, ctx: Context, folder: Path) -> BiEncoder:
         from transformers import AutoModel, AutoTokenizer
 
-        _quiet_transformers()
+        quiet_transformers()
         q = AutoModel.from_pretrained(folder / ENCODERS[0])
         p = q if ctx.mcfg.get("shared_encoder", False) else AutoModel.from_pretrained(folder / ENCODERS[1])
         return cls(ctx, q, p, AutoTokenizer.from_pretrained(folder / ENCODERS[0]))

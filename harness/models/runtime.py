@@ -1,0 +1,26 @@
+"""Torch and transformers set-up, written once for every method and step.
+
+``torch_for(section)`` imports torch and sets its intra-op threads from the section's
+``torch_threads`` (default 2); ``quiet_transformers()`` silences transformers' info logging and
+progress bars (the harness reports its own progress with tqdm).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def torch_for(section: Mapping[str, Any] | None = None, threads: int | None = None):
+    """torch, with ``torch.set_num_threads`` from ``threads`` or the section's ``torch_threads`` (2)."""
+    import torch
+
+    n = threads if threads is not None else int((section or {}).get("torch_threads", 2))
+    torch.set_num_threads(int(n))
+    return torch
+
+
+def quiet_transformers() -> None:
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
