@@ -25,7 +25,7 @@ from harness.errors import HarnessError
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("harness.config", "validate and print the resolved configuration"),
     "data": ("harness.datasets.cli", "prepare a dataset (download/verify/convert) into the results tree"),
-    "negatives": ("harness.negatives", "mine BM25 hard negatives for a training dataset"),
+    "negatives": ("harness.stages:negatives", "mine BM25 hard negatives for a training dataset"),
     "plan": ("harness.stages:plan_main", "list every job (train, index, search, measure) of the config"),
     "train": ("harness.stages:train", "run a train job of the plan (a model)"),
     "index": ("harness.stages:index", "run an index job of the plan (an index of one dataset)"),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.plan import Job, Ref
+from harness.job import Job, Ref
 
 HOWS = ("rrf", "interpolate")
 Hits = dict[str, list[tuple[str, float]]]

@@ -10,6 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from harness.errors import ConfigError, DataError
+
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
@@ -42,8 +46,6 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    from harness.errors import DataError
-
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -54,8 +56,6 @@ def read_json(path: Path) -> Any:
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """Stream records from a JSONL file; a bad line raises DataError naming file:line."""
-    from harness.errors import DataError
-
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -76,3 +76,20 @@ def write_jsonl(path: Path, records: Any) -> int:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
             n += 1
     return n
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster on the published-numbers files
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; a syntax error names the file and line."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.load(fh, Loader=_LOADER)  # noqa: S506 - a safe loader (libyaml's when built)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None

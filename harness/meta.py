@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.config import REPO
+from harness import REPO
 from harness.io import read_json, write_json
 
 META = "meta.json"

@@ -6,19 +6,16 @@ first ``keep`` of them. Output: JSONL ``{"id": qid, "negatives": [doc ids]}``. O
 training dataset, shared by every method that trains on it (DPR, SVDR/VDR, BPR); its hash covers
 the BM25 settings, so changing ``methods.bm25.k1`` re-mines the negatives and retrains them all.
 
-`python -m harness negatives --dataset KEY --out FILE`
+`python -m harness negatives --dataset KEY --out FILE` (the command is :func:`harness.stages.negatives`)
 """
 from __future__ import annotations
 
-import argparse
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.config import add_config_argument, load_config
 from harness.datasets import store
-from harness.plan import Job, Ref
+from harness.job import Job, Ref
 
 DEFAULTS = {"depth": 100, "keep": 5, "index": "bm25"}
 
@@ -51,28 +48,3 @@ def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) 
         negs = [d for d, _ in hits.get(q.id, []) if d not in gold and not match(q.answers or [], texts[d])]
         out.append({"id": q.id, "negatives": negs[: int(s["keep"])]})
     return out
-
-
-def main(argv: list[str]) -> int:
-    from harness import plan as hplan
-    from harness.io import write_json, write_jsonl
-
-    ap = argparse.ArgumentParser(prog="python -m harness negatives", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_argument(ap)
-    ap.add_argument("--dataset", required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    p = hplan.get(cfg)
-    job = negatives_job(cfg, args.dataset)
-    inputs = {r: hplan.check_input(p, r, ref) for r, ref in job.inputs.items()}
-    t0 = time.perf_counter()
-    records = mine(cfg, args.dataset, inputs["data"], inputs["index"])
-    write_jsonl(args.out, records)
-    write_json(Path(f"{args.out}.meta.json"), {"kind": "negatives", "dataset": args.dataset,
-                                                 "config_hash": p.hash(job), "config_values": p.values(job),
-                                                 "seconds": round(time.perf_counter() - t0, 3)})
-    n_empty = sum(1 for r in records if not r["negatives"])
-    print(f"{len(records)} training questions, {n_empty} without a BM25 negative")
-    return 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,45 +33,7 @@ from harness.config import lookup_key, results_root
 from harness.errors import ConfigError, DataError
 from harness.numerics import STAGES as NUMERIC_STAGES, identity as numeric_identity
 
-STAGES = ("train", "index", "search", "measure")
-#: input kinds a job may name
-KINDS = ("data", "negatives", "decontam", "model", "index", "run", "metrics", "system")
-
-
-@dataclass(frozen=True)
-class Ref:
-    """An input: ``kind`` (data, negatives, decontam, model, index, run, metrics, system), the
-    producing job's id (model, index, run, metrics) or a system id (``system``: the run folder of
-    whichever search job writes that system), and the dataset (all kinds but model, decontam)."""
-
-    kind: str
-    id: str | None = None
-    dataset: str | None = None
-
-
-@dataclass(frozen=True)
-class Job:
-    """One unit of work of a stage. ``dataset`` None on an index job makes it a template that any
-    dataset instantiates (an index is built wherever an input asks for one)."""
-
-    stage: str
-    id: str
-    method: str                       # config section methods.<method> (or a step's top-level section)
-    step: str                         # function of ``module``: step(ctx, job, inputs, out)
-    dataset: str | None = None
-    inputs: Mapping[str, Ref] = field(default_factory=dict)
-    keys: tuple[str, ...] = ()        # dotted config keys this job reads (inputs' keys come through their hashes)
-    params: Mapping[str, Any] = field(default_factory=dict)
-    systems: tuple[str, ...] = ()     # search / measure: the system ids whose files the job writes
-    gpu: bool = False                 # asks for a GPU on a cluster (config device: cuda)
-    mem_mb: int = 8000
-    module: str = ""                  # the module whose ``step`` runs the job (default: the method's)
-
-    def at(self, dataset: str) -> Job:
-        """This template instantiated for ``dataset`` (inputs without a dataset get it)."""
-        inputs = {r: (replace(ref, dataset=dataset) if ref.dataset is None and ref.kind in ("data", "index", "run")
-                      else ref) for r, ref in self.inputs.items()}
-        return replace(self, dataset=dataset, inputs=inputs)
+from harness.job import KINDS, STAGES, Job, Ref, Stage, output_ref  # noqa: F401 (the plan's vocabulary, re-exported)
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,15 +59,6 @@ def path(cfg: Mapping[str, Any], ref: Ref) -> Path:
     if k == "metrics":
         return R / "metrics" / str(ref.dataset) / str(ref.id)
     raise ConfigError(f"unknown input kind {k!r} (known: {', '.join(KINDS)})")
-
-
-#: the kind of artifact each stage writes
-OUTPUT_KIND = {"train": "model", "index": "index", "search": "run", "measure": "metrics"}
-
-
-def output_ref(job: Job) -> Ref:
-    """The artifact ``job`` writes (a model belongs to no dataset)."""
-    return Ref(OUTPUT_KIND[job.stage], job.id, None if job.stage == "train" else job.dataset)
 
 
 def output(cfg: Mapping[str, Any], job: Job) -> Path:
@@ -211,7 +164,7 @@ class Plan:
     def producer(self, ref: Ref) -> tuple[str, str, str | None] | None:
         """(stage, id, dataset) of the job that makes ``ref`` (None for data/negatives/decontam)."""
         ref = self.run_of(ref)
-        stage = next((s for s, k in OUTPUT_KIND.items() if k == ref.kind), None)
+        stage = Stage.writing(ref.kind)
         if stage is None:
             return None
         return stage, str(ref.id), (None if stage == "train" else ref.dataset)

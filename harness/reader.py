@@ -36,7 +36,7 @@ from harness.errors import ConfigError, DataError
 from harness.models.runtime import quiet_transformers, torch_for
 from harness.evaluate import qa
 from harness.methods.base import Context
-from harness.plan import Job, Ref
+from harness.job import Job, Ref
 
 SCHEMA = "reader.schema.yaml"
 

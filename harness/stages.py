@@ -18,9 +18,7 @@ from typing import Any
 
 from harness.config import add_config_argument, load_config
 from harness.io import atomic_path
-
-KIND = {"train": "model", "index": "index", "search": "runs", "measure": "metrics"}
-
+from harness.job import Stage
 
 def _args(stage: str, argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog=f"python -m harness {stage}", description=__doc__.split("\n")[0])
@@ -58,7 +56,7 @@ def run_stage(stage: str, argv: list[str]) -> int:
         t_step = time.perf_counter()
         info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})
         info["step_seconds"] = round(time.perf_counter() - t_step, 4)  # the method's own work, imports included
-        write_meta(tmp, KIND[stage], spec=info.pop("spec", job.id), config_hash=p.hash(job),
+        write_meta(tmp, Stage(stage).artifact, spec=info.pop("spec", job.id), config_hash=p.hash(job),
                    seconds=time.perf_counter() - t0,
                    extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
                           "config_values": p.values(job), "input_hashes": p.input_hashes(job),
@@ -107,6 +105,33 @@ def evaluate(argv: list[str]) -> int:
             res["system"] = system
             write_json(tmp / f"{system}.json", res)
             print(f"{system}/{job.dataset}: " + ", ".join(f"{k}={v:.4f}" for k, v in res["measures"].items()))
+    return 0
+
+
+def negatives(argv: list[str]) -> int:
+    """`python -m harness negatives --dataset KEY --out FILE`: BM25 hard negatives of a training
+    dataset (:mod:`harness.negatives`), with their meta.json."""
+    from harness import negatives as hneg, plan as hplan
+    from harness.io import write_json, write_jsonl
+
+    ap = argparse.ArgumentParser(prog="python -m harness negatives", description=hneg.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_argument(ap)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    p = hplan.get(cfg)
+    job = hneg.negatives_job(cfg, args.dataset)
+    inputs = {r: hplan.check_input(p, r, ref) for r, ref in job.inputs.items()}
+    t0 = time.perf_counter()
+    records = hneg.mine(cfg, args.dataset, inputs["data"], inputs["index"])
+    write_jsonl(args.out, records)
+    write_json(Path(f"{args.out}.meta.json"), {"kind": "negatives", "dataset": args.dataset,
+                                                 "config_hash": p.hash(job), "config_values": p.values(job),
+                                                 "seconds": round(time.perf_counter() - t0, 3)})
+    n_empty = sum(1 for r in records if not r["negatives"])
+    print(f"{len(records)} training questions, {n_empty} without a BM25 negative")
     return 0
 
 

@@ -11,15 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from harness import plan as hplan
+from harness.job import Stage
 from harness.methods.base import section
 
-#: the rule of each stage whose jobs come from the plan -> the plan's stage
-RULE_STAGE = {"train": "train", "index": "index", "search": "search", "measure": "measure", "evaluate": "search"}
+
+def _stage(rule: str) -> Stage:
+    """The plan's stage of a generic rule: the stage's own rule, or ``evaluate`` (a search job's runs)."""
+    return Stage.SEARCH if rule == "evaluate" else Stage(rule)
 
 
 def _job(cfg: Mapping[str, Any], stage: str, wc: Any) -> hplan.Job:
     dataset = getattr(wc, "dataset", None)
-    return hplan.get(cfg).job(RULE_STAGE[stage], wc.job, None if stage == "train" else dataset)
+    return hplan.get(cfg).job(_stage(stage), wc.job, None if stage == "train" else dataset)
 
 
 def inputs(cfg: Mapping[str, Any], stage: str, wc: Any) -> dict[str, str]:
@@ -155,7 +158,7 @@ def announce(cfg: Mapping[str, Any], job: hplan.Job, stage: str | None = None) -
 
 
 def ids(cfg: Mapping[str, Any], stage: str) -> list[str]:
-    return hplan.get(cfg).ids(RULE_STAGE[stage]) or ["none"]
+    return hplan.get(cfg).ids(_stage(stage)) or ["none"]
 
 
 def negatives_inputs(cfg: Mapping[str, Any], wc: Any) -> dict[str, str]:

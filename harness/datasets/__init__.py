@@ -17,8 +17,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from harness.datasets.store import Doc, Query  # noqa: F401 (the record types, defined beside their files)
 from harness.registry import Registry
 
 FAMILIES: Registry[str] = Registry("dataset family")
@@ -37,19 +38,6 @@ FAMILIES.add("kilt", "harness.datasets.kilt")
 FAMILIES.add("mteb", "harness.datasets.cmteb")
 FAMILIES.add("training-pairs", "harness.datasets.training_pairs")
 FAMILIES.add("synthetic", "harness.datasets.synthetic")   # payloads with the papers' shapes (scale overlay)
-
-
-class Doc(NamedTuple):
-    id: str
-    title: str
-    text: str
-
-
-class Query(NamedTuple):
-    id: str
-    text: str
-    answers: list[str] | None = None
-    gold: list[str] | None = None
 
 
 RELEVANCE = ("answers", "gold")

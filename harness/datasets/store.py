@@ -3,10 +3,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
-from harness.datasets import Doc, Query
 from harness.errors import DataError
 from harness.io import iter_jsonl, write_jsonl
+
+
+class Doc(NamedTuple):
+    """A passage of a corpus."""
+
+    id: str
+    title: str
+    text: str
+
+
+class Query(NamedTuple):
+    id: str
+    text: str
+    answers: list[str] | None = None
+    gold: list[str] | None = None
+
 
 CORPUS = "corpus.jsonl"
 QRELS = "qrels-test.txt"

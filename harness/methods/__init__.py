@@ -18,6 +18,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
+from harness.io import read_yaml
 from harness.registry import Registry
 
 #: method name -> module. SVDR and VDR share one module (VDR = SVDR without L_sp).
@@ -67,24 +68,17 @@ def register(name: str, module: str) -> None:
     """Register a method from outside the package (a plugin, or the toy method of the tests)."""
     if name in METHODS and METHODS.get(name) == module:
         return  # the plugin module imported twice (e.g. as __main__ and by name)
-    METHODS.add(name, module)
-    from harness.config import load_schema
-
-    load_schema.cache_clear()
+    METHODS.add(name, module)  # harness.config.load_schema caches per registry content: no clearing needed
 
 
 def schema_fragment(name: str) -> dict:
     """The JSON schema of ``methods.<name>`` (the module's ``SCHEMA`` YAML file)."""
-    from harness.config import read_yaml
-
     module = method_module(name)
     return read_yaml(Path(module.__file__).parent / module.SCHEMA)
 
 
 def step_schema(name: str) -> dict:
     """The JSON schema of a step's top-level section (e.g. ``reader``)."""
-    from harness.config import read_yaml
-
     module = importlib.import_module(STEPS.get(name))
     return read_yaml(Path(module.__file__).parent / module.SCHEMA)
 

@@ -15,7 +15,7 @@ from harness.artifacts import write_run_with_meta
 from harness.datasets import Query, store
 from harness.indexes import lucene
 from harness.methods.base import Context
-from harness.plan import Job, Ref
+from harness.job import Job, Ref
 
 SCHEMA = "bm25.schema.yaml"
 LUCENE_DIR = "lucene"  # the Lucene index inside the artifact folder (meta.json sits beside it)

@@ -20,7 +20,7 @@ from harness.errors import DataError
 from harness.io import iter_jsonl
 from harness.methods.base import Context, training_keys, wants_gpu
 from harness.models.runtime import quiet_transformers, torch_for
-from harness.plan import Job, Ref
+from harness.job import Job, Ref
 from harness.progress import batches
 
 SCHEMA = "dpr.schema.yaml"

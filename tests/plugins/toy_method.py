@@ -30,7 +30,7 @@ import numpy as np
 
 from harness.methods import register
 from harness.methods.base import Context, training_keys
-from harness.plan import Job, Ref
+from harness.job import Job, Ref
 
 SCHEMA = "toy_method.schema.yaml"
 MODEL_FILE = "idf.json"
