@@ -116,6 +116,19 @@ def canonical_id(cfg: Mapping[str, Any], key: str, split: str) -> str:
     return base if split == "test" else f"{base} ({split})"
 
 
+def report_files(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """The report's files (Table 6 and 7, markdown and CSV) under ``<results_dir>/tables/<paper>/``,
+    by output name, so that the workflow's rule names no paper."""
+    folder = Path(cfg["results_dir"]) / "tables" / PAPER
+    return {f"{fmt}{t}": str(folder / f"{t}-measured.{ext}") for t in ("6", "7")
+            for fmt, ext in (("md", "md"), ("csv", "csv"))}
+
+
+def published_file() -> str:
+    """The published-numbers file the report reads (an input of its rule)."""
+    return f"configs/published/{PAPER}.yaml"
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
     try:
         with open(path, encoding="utf-8", newline="") as fh:

@@ -1,14 +1,15 @@
-# Decontamination before training (LightRetriever, following tDRO): 64-bit SimHash of every
-# training query against the test queries of every evaluation set of the profile; a training
-# query within Hamming distance k of a test query is dropped. Config key decontam; the report
-# shows LightRetriever's Tables 6 and 7 for this profile beside the published Table 6.
+# Decontamination before training (following tDRO): 64-bit SimHash of every training query
+# against the test queries of every evaluation set of the profile; a training query within
+# Hamming distance k of a test query is dropped. Config key decontam; the report's tables and
+# the paper they belong to come from harness.decontam.report.
 try:
     DECONTAM_TRAIN, DECONTAM_TEST = hdecontam.plan(config)
 except HarnessError as exc:
     sys.stderr.write(f"error: {exc}\n")
     sys.exit(2)
 
-DECONTAM_REPORT = [f"{TABLES_DIR}/lightretriever/6-measured.md"] if DECONTAM_TRAIN else []
+DECONTAM_REPORT_FILES = hdecontam.report_files(config)
+DECONTAM_REPORT = [DECONTAM_REPORT_FILES["md6"]] if DECONTAM_TRAIN else []
 
 
 rule decontam:
@@ -35,15 +36,12 @@ rule decontam:
 
 
 rule decontam_report:
-    """LightRetriever Tables 6 and 7 measured on this profile's training sets, beside the published Table 6."""
+    """The decontamination tables measured on this profile's training sets, beside the published ones."""
     input:
         decontam=f"{R}/decontam",
-        published="configs/published/lightretriever.yaml",
+        published=hdecontam.published_file(),
     output:
-        md6=f"{TABLES_DIR}/lightretriever/6-measured.md",
-        csv6=f"{TABLES_DIR}/lightretriever/6-measured.csv",
-        md7=f"{TABLES_DIR}/lightretriever/7-measured.md",
-        csv7=f"{TABLES_DIR}/lightretriever/7-measured.csv",
+        **DECONTAM_REPORT_FILES,
     params:
         cfg=CFG,
         h=decontam_hash,
