@@ -7,7 +7,7 @@ dataset key) and maps the harness's split names to the card's splits (``splits``
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from harness.datasets import Query, catalog
@@ -76,14 +76,6 @@ def subset_settings(dcfg: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str
 def queries_meta(counts: Mapping[str, int], splits: Mapping[str, str], ckey: str) -> dict[str, Any]:
     return {"queries": dict(counts), "card": ckey, "card_splits": dict(splits),
             "canonical_ids": {s: catalog.split_entry(ckey, cs)["id"] for s, cs in splits.items()}}
-
-
-def unique_ids(queries: Iterable[Query], where: str, issues: Issues) -> list[Query]:
-    """Drop (or fail on) repeated ids across the files of one split."""
-    from harness.datasets.readers import IdGuard
-
-    guard = IdGuard("query", issues)
-    return [q for i, q in enumerate(queries) if guard.fresh(q.id, f"{where} (record {i + 1})")]
 
 
 def write_issues(meta: dict[str, Any], issues: Issues) -> dict[str, Any]:

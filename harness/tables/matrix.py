@@ -95,11 +95,6 @@ def _why(cfg: Mapping[str, Any], name: str, system: str, dataset: str, what: str
     return f"{what} system {system!r} on {dataset} in profile {cfg['profile']} (`python -m harness plan` lists the jobs)"
 
 
-def system_runs(cfg: Mapping[str, Any], system: str, dataset: str, measure: str = "Success@1") -> str | None:
-    """None if ``system`` is measured on ``dataset`` in this profile, else the reason it is not."""
-    return locate(cfg, system, dataset, measure)[2]
-
-
 def column_spec(column: str, tmatrix: Mapping[str, Any]) -> dict[str, Any]:
     """The matrix's view of a column: its paper dataset label and, optionally, its measure."""
     spec = dict(tmatrix.get("columns", {}).get(column, {}))
