@@ -304,7 +304,8 @@ def _stamp(cfg: Mapping[str, Any]) -> str:
     """Digest of a merged config and of every schema that judges it (the workflow's, the methods'
     fragments, the plugins named in HARNESS_PLUGINS)."""
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
-    for f in sorted([SCHEMA_DIR / "config.schema.yaml", *REPO.joinpath("harness").rglob("*.schema.yaml")]):
+    fragments = {f for pattern in ("*.schema.yaml", "schema.yaml") for f in REPO.joinpath("harness").rglob(pattern)}
+    for f in sorted([SCHEMA_DIR / "config.schema.yaml", *fragments]):  # a method package's is schema.yaml
         h.update(f.read_bytes())
     h.update(os.environ.get("HARNESS_PLUGINS", "").encode())
     return h.hexdigest()
