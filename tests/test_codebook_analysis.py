@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.analysis.codebook import (
+from harness.methods.qcr.codebook import (
     code_tokens,
     collapsed,
     grid_summary,

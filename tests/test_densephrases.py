@@ -1,4 +1,4 @@
-"""DensePhrases' own logic (harness/methods/densephrases.py): the span search of one passage against a
+"""DensePhrases' own logic (harness/methods/densephrases/): the span search of one passage against a
 brute force, windows that stride long passages and never cut them, answer alignment and its counts,
 the losses (KL direction, in-batch and pre-batch negatives), and a training run on the smoke
 fixture whose phrase dump, index and search are checked against exact search."""
@@ -201,7 +201,7 @@ def test_smoke_train_dump_index_search_and_query_side_finetuning(tmp_path, cfg):
     from harness.datasets import prepare as prepare_dataset
     from harness.indexes.phrase_dump import PhraseDump
     from harness.methods.base import Context
-    from harness.plan import Job
+    from harness.job import Job
 
     c = copy.deepcopy(cfg)
     c["results_dir"] = str(tmp_path / "results")

@@ -1,4 +1,4 @@
-"""LightRetriever's own logic (harness/methods/lightretriever.py): config checks, the cached-token
+"""LightRetriever's own logic (harness/methods/lightretriever/): config checks, the cached-token
 query encoder against separate forward passes, the sparse sides, losses, impacts, top-k, and a
 decoder backbone (a randomly initialised tiny Llama with LoRA through peft) trained, indexed and
 searched end to end on the smoke fixture."""
@@ -148,7 +148,7 @@ def test_sparse_queries_are_counts_binary_or_refused_when_out_of_vocabulary(bert
     finally:
         m.s["sparse_query"] = "counts"
     assert b[0, 5] == 1
-    from harness.models.lr_ops import build_table, query_vector
+    from harness.methods.lightretriever.ops import build_table, query_vector
 
     with pytest.raises(ValueError, match="outside the token-vector table of size 4"):
         query_vector(build_table(torch.zeros(4, 2)), [[1, 9]])
@@ -179,7 +179,7 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, t
     from harness.datasets import prepare as prepare_dataset
     from harness.io import write_jsonl
     from harness.methods.base import Context
-    from harness.plan import Job
+    from harness.job import Job
 
     c = copy.deepcopy(cfg)
     c["backbones"]["tiny-llama"] = {"source": f"path:{tiny_llama}", "has_mlm_head": False}

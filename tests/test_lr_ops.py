@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.models import lr_ops
-from harness.models.lr_ops import (
+from harness.methods.lightretriever import ops as lr_ops
+from harness.methods.lightretriever.ops import (
     block_inputs,
     build_table,
     is_causal,

@@ -1,4 +1,4 @@
-"""QCR's own logic (harness/methods/qcr.py): FSQ pre-rounding, Eq. 3, the entropy loss, GradCache,
+"""QCR's own logic (harness/methods/qcr/): FSQ pre-rounding, Eq. 3, the entropy loss, GradCache,
 rescoring through the distance matrix, code strings, batching, crops, the query generator."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import pytest
 
 from harness.datasets import Doc, Query
 from harness.errors import ConfigError, DependencyError
-from harness.models import qg
+from harness.methods.densephrases import qg
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -100,7 +100,7 @@ def test_exact_match_of_runs_and_cli(trained, tmp_path):
     assert sum(p["em"] for p in preds) / len(preds) == pytest.approx(res["a"]["em"])
     import shutil
 
-    from harness.plan import Job
+    from harness.job import Job
 
     job = Job("measure", "reader.em", "reader", "measure_em", "smoke", systems=("x", "y"))
     inputs = {"data": ctx.data_dir(), "model": out}

@@ -240,7 +240,7 @@ def test_topk_rows_ties_and_padding():
 
 
 def _job(stage, id_, **kw):
-    from harness.plan import Job
+    from harness.job import Job
 
     return Job(stage, id_, "svdr", "", "smoke", **kw)
 

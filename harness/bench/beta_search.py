@@ -67,55 +67,9 @@ import numpy as np
 
 from harness.errors import ConfigError, DataError, DependencyError
 from harness.indexes.token_csr import BLOCK, BinaryTokenIndex, numba_available
+from harness.methods.vdr.synthetic import synthetic_postings, synthetic_queries, zipf_df
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "data" / "beir" / "scifact" / "corpus.jsonl.gz"
-
-
-# --------------------------------------------------------------------------------------------
-# inputs
-# --------------------------------------------------------------------------------------------
-def zipf_df(vocab: int, doc_tokens: float, a: float) -> np.ndarray:
-    """Document frequency by rank: min(1, c * r**-a), c chosen so that the sum is doc_tokens."""
-    from harness.datasets.synthetic import df_curve
-
-    if not 0 < doc_tokens < vocab:
-        raise ConfigError(f"--doc-tokens must be in (0, {vocab}), got {doc_tokens}")
-    return df_curve(vocab, doc_tokens, a)
-
-
-def synthetic_postings(
-    n_docs: int, vocab: int, doc_tokens: float, a: float, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Token-major postings (indptr, sorted int32 doc ids) and each token id's df probability."""
-    p = np.empty(vocab)
-    p[rng.permutation(vocab)] = zipf_df(vocab, doc_tokens, a)
-    lists = []
-    for t in range(vocab):
-        pt = p[t]
-        if pt >= 1.0:
-            lists.append(np.arange(n_docs, dtype=np.int32))
-            continue
-        m = int(n_docs * pt + 6 * np.sqrt(n_docs * pt) + 16)
-        pos = np.cumsum(rng.geometric(pt, m)) - 1  # Bernoulli(pt) sample via geometric gaps
-        while pos[-1] < n_docs:
-            pos = np.concatenate([pos, pos[-1] + np.cumsum(rng.geometric(pt, m))])
-        lists.append(pos[pos < n_docs].astype(np.int32))
-    indptr = np.zeros(vocab + 1, np.int64)
-    np.cumsum([x.size for x in lists], out=indptr[1:])
-    return indptr, np.concatenate(lists), p
-
-
-def synthetic_queries(
-    batch: int, vocab: int, active: int, dims: str, p: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
-    """Dense float32 [batch, vocab] with `active` non-zeros per row, Exp(1) weights."""
-    if not 0 < active <= vocab:
-        raise ConfigError(f"--query-active must be in [1, {vocab}], got {active}")
-    q = np.zeros((batch, vocab), np.float32)
-    prob = None if dims == "uniform" else p / p.sum()
-    for i in range(batch):
-        q[i, rng.choice(vocab, active, replace=False, p=prob)] = rng.exponential(1.0, active)
-    return q
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,12 +122,6 @@ def bytes_read_ours(index: BinaryTokenIndex, queries: np.ndarray) -> dict[str, i
 # --------------------------------------------------------------------------------------------
 # torch.sparse baseline (the paper's beta search)
 # --------------------------------------------------------------------------------------------
-def torch_baseline(index: BinaryTokenIndex, queries: np.ndarray, device: str) -> tuple[Callable, dict[str, Any]]:
-    """A callable running one batch the authors' way, and a description (dtype, bytes)."""
-    make_run, info = torch_index(index, device)
-    return make_run(queries), info
-
-
 def torch_bytes(nnz: int, n_docs: int) -> int:
     """Bytes of the baseline's CSR (fp32 values, int32/int64 indices) without conversion temporaries."""
     idx = 4 if nnz < 2**31 else 8

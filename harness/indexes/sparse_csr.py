@@ -66,7 +66,8 @@ class SparseEmbeddingIndex:
 
         path = Path(folder) / INDEX_FILE
         if not path.exists():
-            raise DataError(f"{path} does not exist", fix="build the embedding index first (rule vdr_emb_index)")
+            raise DataError(f"{path} does not exist", fix="build the embedding index first: python -m harness index "
+                            f"--job <method>.emb --dataset <key> --out {folder}")
         m = sp.load_npz(path).tocsr()
         return cls(m, read_docids(folder, expect=m.shape[0]))
 

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 from harness.datasets import Doc, Query
 from harness.errors import ConfigError, DependencyError
+from harness.models.runtime import quiet_transformers
 
 #: a named-entity recogniser: text -> [(start, end, label)], character offsets
 NER = Callable[[str], Sequence[tuple[int, int, str]]]
@@ -218,10 +219,8 @@ def load_generator(settings: QGSettings | Mapping[str, Any] | None):
                               fix=f"download it (huggingface-cli download {_hub_id(s.generator)}) on a machine "
                                   "with hub access and copy the cache, or set the generator to a local folder")
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-    from transformers.utils import logging
 
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
+    quiet_transformers()
     folder = _local_dir(s.generator)
     where = str(folder) if folder is not None else _hub_id(s.generator)
     tok = AutoTokenizer.from_pretrained(where, local_files_only=True)

@@ -1,0 +1,90 @@
+"""BPR's indexes: the binary passage codes (sign of the passage embeddings) in a faiss binary index
+(linear scan or hash lookup), and the DPR baselines (HNSW, LSH, PQ) over DPR's Flat vectors."""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.artifacts import DOCIDS, write_docids
+from harness.datasets import store
+from harness.errors import ConfigError
+from harness.methods import dpr
+from harness.methods.base import Context
+from harness.methods.bpr.settings import DEFAULTS
+
+CODES_FILE = "codes.npy"
+DOCIDS_FILE = DOCIDS  # the shared doc-id file (harness.artifacts)
+
+
+def _binary_spec(spec: str) -> str:
+    backend, _, factory = spec.partition(":")
+    if backend != "faiss-binary" or not factory:
+        raise ConfigError(f"BPR index spec {spec!r} must read faiss-binary:<spec> (BFlat, BHash768, ...)")
+    return factory
+
+
+def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
+    """Encode the corpus with the passage encoder, binarize (sign), build ``methods.bpr.index``.
+
+    Writes the faiss binary index, the packed codes (``codes.npy``, the rerank's ±1 passage
+    vectors; the index file holds the same codes) and ``docids.txt``."""
+    from harness.indexes.faiss_binary import BinaryFaissIndex, binarize
+
+    spec = {**DEFAULTS, **ctx.mcfg}["index"]
+    factory = _binary_spec(spec)
+    model = dpr.BiEncoder.load(ctx, model_dir)
+    docs = list(store.iter_corpus(ctx.data_dir()))
+    t0 = time.perf_counter()
+    vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])
+    t_enc = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    codes = binarize(vecs)
+    index = BinaryFaissIndex.build(factory, codes)
+    build_seconds = time.perf_counter() - t1
+    index_file = index.save(out)
+    np.save(out / CODES_FILE, codes)
+    write_docids(out, [d.id for d in docs])
+    return {"spec": spec, "documents": len(docs), "dim": int(vecs.shape[1]), "code_bytes": int(codes.shape[1]),
+            "encode_seconds": t_enc, "build_seconds": build_seconds, "index_file_bytes": index_file.stat().st_size,
+            "bits_set_fraction": float(np.unpackbits(codes).mean())}
+
+
+def build_binary_index(spec: str, source: Path, out: Path, *, nflip: int = 0) -> dict[str, Any]:
+    """Another binary index (e.g. the hash lookup) over the codes of a built BPR index."""
+    from harness.indexes.faiss_binary import BinaryFaissIndex
+
+    codes = np.load(Path(source) / CODES_FILE)
+    t0 = time.perf_counter()
+    index = BinaryFaissIndex.build(_binary_spec(spec), codes, nflip=nflip)
+    seconds = time.perf_counter() - t0
+    index_file = index.save(out)
+    shutil.copyfile(Path(source) / CODES_FILE, out / CODES_FILE)
+    shutil.copyfile(Path(source) / DOCIDS_FILE, out / DOCIDS_FILE)
+    return {"spec": spec, "nflip": nflip, "documents": int(codes.shape[0]), "build_seconds": seconds,
+            "index_file_bytes": index_file.stat().st_size, "source": str(source)}
+
+
+def build_dpr_baseline(spec: str, dpr_index: Path, out: Path, *, train_size: int | None = None,
+                       seed: int = 0) -> dict[str, Any]:
+    """A DPR baseline index (HNSW, LSH, PQ) over the vectors of DPR's Flat index (no re-encoding)."""
+    import faiss
+
+    from harness.indexes.faiss_dense import INDEX_FILE, DenseFaissIndex
+
+    flat = faiss.read_index(str(Path(dpr_index) / INDEX_FILE))
+    if not isinstance(flat, faiss.IndexFlat):
+        raise ConfigError(f"{dpr_index}: the DPR baselines read the passage vectors back from DPR's index, "
+                          f"which must be faiss:Flat (methods.dpr.index)")
+    vecs = flat.reconstruct_n(0, flat.ntotal)
+    factory = spec.partition(":")[2]
+    t0 = time.perf_counter()
+    index = DenseFaissIndex.build(factory, vecs, train_size=train_size, seed=seed)
+    seconds = time.perf_counter() - t0
+    index_file = index.save(out)
+    shutil.copyfile(Path(dpr_index) / DOCIDS_FILE, out / DOCIDS_FILE)
+    return {"spec": spec, "documents": int(vecs.shape[0]), "dim": int(vecs.shape[1]), "build_seconds": seconds,
+            "index_file_bytes": index_file.stat().st_size, "source": str(dpr_index)}

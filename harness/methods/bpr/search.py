@@ -1,0 +1,92 @@
+"""BPR's search: :class:`Searcher` (a trained model with its binary index; two-stage search:
+Hamming candidates, then the rerank with the continuous question embedding), the DPR baselines'
+dense searcher, and the run files the search steps write."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.artifacts import hits_from_rows, read_docids, write_run_with_meta
+from harness.datasets import Query
+from harness.errors import ConfigError
+from harness.methods import dpr
+from harness.methods.base import Context
+from harness.methods.bpr.index import CODES_FILE, _binary_spec
+from harness.methods.bpr.settings import DEFAULTS, _variant_search
+
+
+class Searcher:
+    """A trained BPR model with its binary index: ``encode`` (e_q) and ``search`` (two stages) apart.
+
+    ``variant`` picks the search: a SEARCH_VARIANTS name or ``l<n>``; ``hash_dir`` holds the hash
+    index (variants bhash and no-rerank). The default is the linear scan (bflat)."""
+
+    def __init__(self, ctx: Context, index_dir: Path, model_dir: Path | None, *, variant: str = "bflat",
+                 hash_dir: Path | None = None) -> None:
+        from harness.indexes.faiss_binary import BinaryFaissIndex
+
+        self.ctx = ctx
+        self.variant = variant
+        self.kind, self.rerank, self.n_candidates = _variant_search(ctx.cfg, variant)
+        self.model = dpr.BiEncoder.load(ctx, model_dir) if model_dir is not None else None
+        self.codes = np.load(Path(index_dir) / CODES_FILE)
+        self.docids = read_docids(index_dir, expect=len(self.codes))
+        s = {**DEFAULTS, **ctx.mcfg}
+        self.index = None
+        self.index_file: Path | None = None
+        if self.kind == "hash":
+            if hash_dir is None:
+                raise ConfigError(f"BPR variant {variant!r} needs the hash index (hash_dir)")
+            self.index = BinaryFaissIndex.load(hash_dir, _binary_spec(s["hash_index"]))
+            self.index.set_nflip(int(s["hash_nflip"]))  # a search-time setting (methods.bpr.hash_nflip)
+            self.index_file = Path(hash_dir) / "index.faissb"
+        else:
+            from harness.indexes.faiss_binary import INDEX_FILE
+
+            self.index_file = Path(index_dir) / INDEX_FILE
+            if self.kind == "flat":
+                self.index = BinaryFaissIndex.load(index_dir, _binary_spec(s["index"]))
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self.model is None:
+            raise ConfigError("this BPR searcher was built without a model")
+        return self.model.encode_questions(list(texts))
+
+    def search(self, qvecs: np.ndarray, k: int, qcodes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, rows); ``qcodes`` = binarize(qvecs) when the caller has them (timing)."""
+        from harness.indexes.faiss_binary import binarize, two_stage_search
+
+        if self.kind is None:
+            return two_stage_search(None, None, qvecs, self.codes, k, n_candidates=None)
+        if qcodes is None:
+            qcodes = binarize(qvecs)
+        return two_stage_search(self.index, qcodes, qvecs, self.codes, k, n_candidates=self.n_candidates,
+                                rerank=self.rerank)
+
+    def results(self, qids: Sequence[str], scores: np.ndarray, rows: np.ndarray) -> dict[str, list[tuple[str, float]]]:
+        return hits_from_rows(self.docids, qids, scores, rows)
+
+
+class _DenseSystem:
+    """A DPR index (Flat or a baseline) with the searcher's ``search(qvecs, k, qcodes)``."""
+
+    def __init__(self, index_dir: Path, spec: str) -> None:
+        from harness.indexes.faiss_dense import INDEX_FILE, DenseFaissIndex
+
+        self.index = DenseFaissIndex.load(index_dir, spec.partition(":")[2])
+        self.index_file = Path(index_dir) / INDEX_FILE
+
+    def search(self, qvecs: np.ndarray, k: int, qcodes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(qvecs, k)
+
+
+def write_run(out: Path, system: str, s: Searcher, queries: Sequence[Query], scores, rows, seconds: float,
+              **meta: Any) -> None:
+    """``<system>.trec`` of a BPR search with its meta (wall time of the search, encoding included)."""
+    write_run_with_meta(out / f"{system}.trec", s.results([q.id for q in queries], scores, rows), system=system,
+                        meta={"seconds": round(seconds, 3), **meta,
+                              "note": "wall time of the search (question encoding included); the protocol's "
+                                      "query time is in metrics/"})

@@ -1,0 +1,54 @@
+"""BPR's training step on the shared loop (:func:`harness.train.train_loop`): DPR's encoders and
+training examples, one BM25 hard negative per question, the loss of :func:`.model.bpr_loss`."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from harness.datasets import Query, store
+from harness.methods import dpr
+from harness.methods.base import Context
+from harness.methods.bpr.model import bpr_loss
+from harness.methods.bpr.settings import DEFAULTS, _check, train_signature
+from harness.models.runtime import torch_for
+
+
+def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
+    """Train BPR (``ctx.mcfg`` = the effective methods.bpr settings); writes the encoders to ``out``.
+    The loop is :func:`harness.train.train_loop`."""
+    from harness import train as loop
+
+    torch_for(ctx.mcfg)
+    m = {**DEFAULTS, **ctx.mcfg}
+    _check(m)
+    seed = ctx.cfg["seed"]
+    loop.set_seed(seed)
+    tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
+    examples = loop.subsample(dpr._training_examples(tctx, negatives_file), m["max_train_questions"], seed)
+    docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
+    model = dpr.BiEncoder.from_backbone(ctx)
+    params = list({id(p): p for p in list(model.q.parameters()) + list(model.p.parameters())}.values())
+    ts = loop.TrainSettings.from_config(m)
+    device = loop.resolve_device(ts.device)
+    n_hard = m.get("hard_negatives", 1)
+    doc_ids = list(docs)
+
+    def step_fn(batch: list[tuple[Query, list[str]]], step: int, rng: random.Random):
+        pids = [q.gold[0] for q, _ in batch]
+        for q, negs in batch:  # one BM25 negative per question (a random passage if none), as DPR
+            pool_ = [d for d in negs if d not in pids] or [rng.choice(doc_ids)]
+            pids += pool_[:n_hard]
+        qb = model._batch_q([q.text for q, _ in batch]).to(device)
+        pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids]).to(device)
+        return bpr_loss(model.embed_q(qb), model.embed_p(pb), step, gamma=m["gamma"], cand_loss=m["cand_loss"],
+                        margin=m["margin"], reduction=m["cand_reduction"])
+
+    info = loop.train_loop(examples, step_fn, params, settings=ts, seed=seed, out=out, save=model.save,
+                           modules=[model.q, model.p])
+    return {"steps": info["steps"], "examples": len(examples), "train_dataset": m["train_dataset"],
+            "seconds": info["seconds"], "loss_first": info["loss_first"], "loss_last": info["loss_last"],
+            "cand_first": info.get("cand_first", []), "cand_last": info.get("cand_last", []),
+            "rerank_first": info.get("rerank_first", []), "rerank_last": info.get("rerank_last", []),
+            "beta_last": info["beta_last"][-1] if info.get("beta_last") else 1.0, "backbone": m["backbone"],
+            "settings": train_signature(m)}

@@ -1,0 +1,171 @@
+"""DensePhrases' phrase index (§5, App. E): the filter threshold tuned on dev questions, the phrase
+dump of every kept token vector (harness/indexes/phrase_dump.py) and the phrase indexes over it
+(harness/indexes/phrase.py): the main spec, the ``index_variants`` and the D_small index."""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.datasets import Doc, store
+from harness.methods.base import Context
+from harness.methods.densephrases.model import PhraseModel, Window, _pad, rc_predict, score_passages, windows
+from harness.methods.densephrases.settings import DUMP_DIR, NAME, em_of, prepare, settings
+from harness.methods.densephrases.train import dev_questions
+from harness.models.runtime import torch_for
+from harness.job import Job
+
+
+# --------------------------------------------------------------------------------------------
+# the filter threshold (App. E), tuned on dev questions
+
+
+def tune_threshold(cfg: Mapping[str, Any], s: Mapping[str, Any], model: PhraseModel) -> dict[str, Any]:
+    """The highest threshold of ``filter.grid`` whose dev reading-comprehension EM stays at or above
+    (1 - ``filter.tolerance``) x the unfiltered EM (a relative drop); ``filter.threshold`` fixes it instead."""
+    f = s["filter"]
+    if f.get("threshold") is not None:
+        return {"threshold": float(f["threshold"]), "tuned": False}
+    dev, where = dev_questions(cfg, s)
+    folder = Context(cfg, NAME).data_dir(s["train_dataset"])
+    needed = {g for q in dev for g in (q.gold or [])}
+    docs = {d.id: d for d in store.iter_corpus(folder) if d.id in needed}
+    dev = [q for q in dev if any(g in docs for g in (q.gold or []))][: int(f["dev_questions"])]
+    if not dev:
+        return {"threshold": None, "tuned": False, "why": f"no dev question with a gold passage in {where}"}
+    scored = score_passages(model, [prepare(s, q.text) for q in dev],
+                            [next(docs[g] for g in q.gold if g in docs) for q in dev], s)
+    rule = cfg["datasets"][s["train_dataset"]].get("answer_rule", "dpr-string")
+    L = int(s["max_phrase_len"])
+
+    def em(thr):
+        return sum(em_of(rc_predict(sc, L, thr)[0], q.answers, rule) for sc, q in zip(scored, dev)) / len(dev)
+
+    base = em(None)
+    total = sum(int(w.valid.sum()) for sc in scored for w in sc)
+    grid = []
+    for thr in sorted(float(x) for x in f["grid"]):
+        kept = sum(int((w.valid & (w.keep > thr)).sum()) for sc in scored for w in sc)
+        grid.append({"threshold": thr, "em": em(thr), "kept": kept / max(1, total)})
+    floor = base * (1.0 - float(f["tolerance"]))  # relative: "does not drop significantly" (App. E)
+    ok = [g for g in grid if g["em"] >= floor and g["kept"] > 0]
+    chosen = max(ok, key=lambda g: g["threshold"]) if ok and base > 0 else None
+    why = None if chosen else ("dev EM is 0 without the filter: nothing to keep it at; no token filtered" if base == 0
+                               else "no threshold of the grid keeps dev EM within the tolerance; no token filtered")
+    return {"threshold": chosen["threshold"] if chosen else None, "tuned": True, "why": why, "dev": where,
+            "dev_questions": len(dev), "em_unfiltered": base, "grid": grid,
+            "kept_fraction_dev": chosen["kept"] if chosen else 1.0}
+
+
+# --------------------------------------------------------------------------------------------
+# the phrase dump and its indexes (§5, App. E)
+
+
+def gold_docs(folder: Path, split: str = "test") -> set[str]:
+    """D_small: the gold passages of the split's questions."""
+    return {g for q in store.read_queries(folder, split) for g in (q.gold or [])}
+
+
+def dump_corpus(model: PhraseModel, s: Mapping[str, Any], docs: Sequence[Doc], out: Path,
+                threshold: float | None) -> dict[str, Any]:
+    """Every kept token vector of every passage into the dump at ``out`` (see the module doc)."""
+    from tqdm import tqdm
+
+    from harness.indexes.phrase_dump import DumpWriter
+
+    torch = torch_for(s)
+    model.train(False)
+    writer = DumpWriter(out, model.dim, codec=s["dump_codec"])
+    bs = int(s["encode_batch_size"])
+    seen = kept = 0
+    pad = model.tok.pad_token_id or 0
+    wins_all = windows(model.tok, docs, int(s["dump_max_len"]), int(s["dump_stride"]))
+    by_doc: dict[int, list[Window]] = {}
+    for w in wins_all:
+        by_doc.setdefault(w.doc, []).append(w)
+    order = sorted(by_doc)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in tqdm(range(0, len(order), bs), desc="dump", unit="batch", mininterval=10.0):
+            group = order[b:b + bs]
+            wins = [w for d in group for w in by_doc[d]]
+            vecs, keeps = [], []
+            for c in range(0, len(wins), bs):
+                ids, att, _ = _pad(torch, wins[c:c + bs], pad)
+                h = model.token_vectors(ids, att)
+                vecs.extend(h.float().cpu().numpy())
+                keeps.extend(model.filter_logits(h).max(-1).values.float().cpu().numpy())
+            at = 0
+            for d in group:
+                best: dict[tuple[int, int], tuple[int, np.ndarray, float]] = {}
+                for w in by_doc[d]:
+                    toks = [t for t, ok in enumerate(w.text) if ok]
+                    if toks:
+                        lo, hi = toks[0], toks[-1]
+                        for t in toks:
+                            ctx_ = min(t - lo, hi - t)   # the window where the token has most context
+                            key = w.offsets[t]
+                            if key not in best or ctx_ > best[key][0]:
+                                best[key] = (ctx_, vecs[at][t], float(keeps[at][t]))
+                    at += 1
+                spans = sorted(best)
+                seen += len(spans)
+                rows = [k for k in spans if threshold is None or best[k][2] > threshold]
+                kept += len(rows)
+                if rows:
+                    writer.add(docs[d].id, np.stack([best[k][1] for k in rows]).astype(np.float32),
+                               np.asarray(rows, dtype=np.int32).reshape(-1, 2))
+    info = writer.close()
+    return {**info, "tokens_seen": seen, "tokens_kept": kept, "kept_fraction": kept / max(1, seen),
+            "encode_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def index_specs(s: Mapping[str, Any], gold_only: bool) -> dict[str, str]:
+    """Index name -> spec: ``main`` (methods.densephrases.index) and the ``index_variants``
+    (Flat, the OPQ/IVF-PQ release); a D_small index (variants of Table 6): Flat only."""
+    if gold_only:
+        return {"main": s["dsmall"]["index"]}
+    return {"main": s["index"], **dict(s["index_variants"] or {})}
+
+
+def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Dump the corpus (all passages, or D_small: the gold passages of the test questions) with the
+    model's phrase encoder and filter, and build the phrase indexes over it."""
+    from harness.indexes import build_index
+    from harness.indexes.phrase_dump import PhraseDump
+    from harness.meta import write_meta
+
+    v = job.params.get("variant")
+    s = settings(ctx.cfg, v)
+    model = PhraseModel.load(s, inputs["model"])
+    gold_only = bool(job.params.get("gold_only"))
+    docs = list(store.iter_corpus(inputs["data"]))
+    if gold_only:
+        keep = gold_docs(inputs["data"])
+        docs = [d for d in docs if d.id in keep]
+    tune = tune_threshold(ctx.cfg, s, model)
+    t0 = time.perf_counter()
+    dump = dump_corpus(model, s, docs, out / DUMP_DIR, tune["threshold"])
+    dump_seconds = time.perf_counter() - t0
+    pd = PhraseDump.open(out / DUMP_DIR)
+    opts = {"max_phrase_len": int(s["max_phrase_len"]), "train_fraction": float(s["train_fraction"]),
+            "seed": int(ctx.cfg["seed"]), "nprobe": s["nprobe"]}
+    built: dict[str, Any] = {}
+    main_spec = None
+    for name, spec in index_specs(s, gold_only).items():
+        t1 = time.perf_counter()
+        idx = build_index(spec, pd, **opts)
+        secs = time.perf_counter() - t1
+        folder = out / "indexes" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        idx.save(folder)
+        write_meta(folder, "index", spec=idx.spec, seconds=secs,
+                   extra={"nbytes": idx.nbytes, "build_seconds": round(secs, 4), "dump": DUMP_DIR})
+        built[name] = {"spec": idx.spec, "nbytes": idx.nbytes, "build_seconds": round(secs, 4)}
+        if name == "main":
+            main_spec = idx.spec
+    return {"spec": main_spec, "documents": len(docs), "gold_only": gold_only, "dump": dump,
+            "dump_seconds": round(dump_seconds, 3), "filter": tune, "indexes": built, "variant": v}

@@ -1,0 +1,121 @@
+"""DensePhrases' jobs: ``declare`` (models, variants and the query-side fine-tuned model, their phrase
+dumps + indexes, searches, measure jobs), ``search_job`` and the training steps."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.methods.base import Context, wants_gpu
+from harness.methods.densephrases.index import index_specs
+from harness.methods.densephrases.qs import train_qs
+from harness.methods.densephrases.settings import NAME, NOT_MODEL, _sys, check, model_id, settings, variants
+from harness.methods.densephrases.train import train
+from harness.job import Job, Ref
+
+
+def _train_keys(cfg: Mapping[str, Any], s: Mapping[str, Any], v: str | None) -> tuple[str, ...]:
+    m = f"methods.{NAME}"
+    keys = [f"{m}.{k}" for k in sorted(cfg["methods"][NAME]) if k not in NOT_MODEL]
+    if v is not None:
+        keys += [f"{m}.variants.{v}", f"{m}.variant_overrides"]
+    return (*keys, "seed", f"backbones.{s['backbone']}")
+
+
+def answer_systems(cfg: Mapping[str, Any], s: Mapping[str, Any], dataset: str) -> list[tuple[str, Job]]:
+    """Every (system, search job) whose answers are scored on ``dataset``."""
+    out = []
+    jobs = [search_job(cfg, NAME, dataset)]
+    if s["qs"]["enabled"]:
+        jobs.append(search_job(cfg, NAME, dataset, qs_model=True))
+    if dataset in s["variant_datasets"]:
+        jobs += [search_job(cfg, NAME, dataset, variant=v) for v in variants(s)]
+    for j in jobs:
+        out += [(sid, j) for sid in j.systems]
+    return out
+
+
+def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test", variant: str | None = None,
+               qs_model: bool = False) -> Job:
+    """The phrase search of one model on one dataset: systems = the model's id for its main index,
+    plus ``.flat`` / ``.opq``-style ids for the other indexes of the main model."""
+    s = settings(cfg, variant)
+    mid = f"{NAME}.qs" if qs_model else model_id(variant)
+    base = model_id(variant)
+    names = ["main"] if (variant is not None or qs_model) else list(index_specs(s, False))
+    systems = tuple(mid if n == "main" else _sys(mid, n) for n in names)
+    jid = mid if split == "test" else f"{mid}.{split}"
+    m = f"methods.{name}"
+    return Job("search", jid, name, "run_search", dataset, systems=systems, gpu=wants_gpu(cfg, name),
+               params={"variant": variant, "split": split, "indexes": names, "qs": qs_model},
+               keys=(f"{m}.search", f"{m}.nprobe", f"{m}.strip_question_mark", f"{m}.truecase", "evaluate.depth"),
+               inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", mid),
+                       "index": Ref("index", base, dataset)}, mem_mb=4000)
+
+
+def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
+    """Models (main, variants, the query-side fine-tuned model), their phrase dumps + indexes,
+    searches, and the measure jobs (EM/F1, reading comprehension, speed, Table C.3)."""
+    s = settings(cfg)
+    check(cfg, s)
+    m, gpu = f"methods.{name}", wants_gpu(cfg, name)
+    td = s["train_dataset"]
+    data = {"data": Ref("data", dataset=td)}
+    jobs: list[Job] = []
+    for v in [None, *variants(s)]:
+        vs = settings(cfg, v)
+        mid = model_id(v)
+        inputs = dict(data)
+        if vs["distill"] or vs["qg"]:
+            inputs["reader"] = Ref("model", "reader")
+        jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"variant": v}, inputs=inputs,
+                        keys=_train_keys(cfg, vs, v), mem_mb=6000))
+        jobs.append(Job("index", mid, name, "build", gpu=gpu, params={"variant": v, "gold_only": v is not None},
+                        keys=(f"{m}.index", f"{m}.index_variants", f"{m}.dsmall", f"{m}.nprobe", f"{m}.dump_max_len",
+                              f"{m}.dump_stride", f"{m}.dump_codec", f"{m}.filter", f"{m}.train_fraction"),
+                        inputs={"data": Ref("data"), "model": Ref("model", mid), "train_data": Ref("data", dataset=td)},
+                        mem_mb=8000))
+    if s["qs"]["enabled"]:
+        jobs.append(Job("train", f"{NAME}.qs", name, "qs_step", gpu=gpu, params={"variant": None},
+                        keys=(f"{m}.qs", f"{m}.search", f"{m}.nprobe", "seed"),
+                        inputs={**data, "model": Ref("model", NAME), "index": Ref("index", NAME, td)}, mem_mb=6000))
+    for d in s["datasets"]:
+        pairs = answer_systems(cfg, s, d)
+        jobs += list({j.id: j for _, j in pairs}.values())
+        jobs.append(Job("measure", f"{NAME}.em", name, "measure_em", d, systems=tuple(sid for sid, _ in pairs),
+                        keys=(f"datasets.{d}.answer_rule",),
+                        inputs={"data": Ref("data", dataset=d),
+                                **{f"run_{i}": Ref("system", sid, d) for i, (sid, _) in enumerate(pairs)}}))
+    for d in s["rc_datasets"]:
+        vs_ = [None, *(variants(s) if d in s["variant_datasets"] else [])]
+        jobs.append(Job("measure", f"{NAME}.rc", name, "measure_rc", d,
+                        systems=tuple(_sys(model_id(v), "rc") for v in vs_),
+                        params={"variants": vs_}, keys=(f"{m}.max_test_questions", f"datasets.{d}.answer_rule"),
+                        inputs={"data": Ref("data", dataset=d), "train_data": Ref("data", dataset=td),
+                                **{f"model_{i}": Ref("model", model_id(v)) for i, v in enumerate(vs_)}}))
+    t = s["timing"]
+    if t["dataset"]:
+        d = t["dataset"]
+        inputs = {"data": Ref("data", dataset=d), "model": Ref("model", NAME), "index": Ref("index", NAME, d)}
+        systems = [f"{NAME}.speed"]
+        if t["baseline"] and cfg["methods"].get("dpr", {}).get("enabled", False) and cfg.get("reader"):
+            inputs.update({"dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", d),
+                           "reader": Ref("model", "reader")})
+            systems.append(f"{NAME}.speed-dpr")
+        jobs.append(Job("measure", f"{NAME}.speed", name, "measure_speed", d, systems=tuple(systems),
+                        keys=(f"{m}.timing", f"{m}.search", f"{m}.nprobe", "reader.top_k"), inputs=inputs,
+                        mem_mb=8000))
+    if s["c3_datasets"]:
+        jobs.append(Job("measure", f"{NAME}.c3", name, "measure_c3", td,
+                        systems=tuple(f"{NAME}.c3-{r}" for r in s["c3_datasets"]), keys=(f"{m}.c3_datasets",),
+                        inputs={f"data_{r}": Ref("data", dataset=k) for r, k in s["c3_datasets"].items()}))
+    return jobs
+
+
+def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    v = job.params.get("variant")
+    return {"variant": v, **train(ctx.cfg, settings(ctx.cfg, v), inputs, out)}
+
+
+def qs_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    return train_qs(ctx.cfg, settings(ctx.cfg), inputs, out)

@@ -1,0 +1,89 @@
+"""DensePhrases' open-domain search (Eq. 10): the phrase index with its dump, top phrases per
+question (start <= end < start + L within one passage), the passages of the top phrases as a run,
+and the search step (``<system>.answers.jsonl`` and a TREC run per index)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.datasets import store
+from harness.errors import DataError
+from harness.methods.base import Context
+from harness.methods.densephrases.model import PhraseModel
+from harness.methods.densephrases.settings import ANSWERS, DUMP_DIR, NAME, prepare, settings
+from harness.job import Job
+
+
+def load_phrase_index(index_dir: Path, name: str, s: Mapping[str, Any]):
+    from harness.indexes import load_index
+
+    folder = Path(index_dir) / "indexes" / name
+    if not folder.is_dir():
+        raise DataError(f"{folder} does not exist: the phrase index job built no {name!r} index",
+                        fix=f"rebuild the index (methods.{NAME}.index / index_variants)")
+    # the dump sits beside the indexes (the job's folder is moved into place after the build)
+    return load_index(folder, nprobe=s["nprobe"], dump=Path(index_dir) / DUMP_DIR)
+
+
+def phrase_answers(idx, qs: np.ndarray, qe: np.ndarray, s: Mapping[str, Any], texts: Mapping[str, str]
+                   ) -> list[list[dict[str, Any]]]:
+    """Top phrases per question: text, passage id, score, dump rows (best first)."""
+    sr = s["search"]
+    res = idx.search_phrases(qs, qe, int(sr["top_k"]), int(sr["phrases"]))
+    out = []
+    for phrases in res:
+        row = []
+        for p in phrases:
+            docid = idx.dump.docids[int(p.doc_row)]
+            a, b = int(idx.dump.offsets[p.start_row][0]), int(idx.dump.offsets[p.end_row][1])
+            row.append({"text": texts[docid][a:b], "doc": docid, "score": float(p.score),
+                        "start_row": int(p.start_row), "end_row": int(p.end_row)})
+        out.append(row)
+    return out
+
+
+def passage_run(qids: Sequence[str], answers: Sequence[list[dict[str, Any]]], depth: int):
+    """The passages of the top phrases, ranked by their best phrase (top-k passage accuracy)."""
+    hits = {}
+    for qid, phrases in zip(qids, answers):
+        best: dict[str, float] = {}
+        for p in phrases:
+            best.setdefault(p["doc"], p["score"])
+        hits[qid] = list(best.items())[:depth]
+    return hits
+
+
+def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    from harness.artifacts import write_run_with_meta
+    from harness.io import write_jsonl
+
+    v = job.params.get("variant")
+    s = settings(ctx.cfg, v)
+    split = job.params.get("split", "test")
+    queries = store.read_queries(inputs["data"], split)
+    texts = {d.id: d.text for d in store.iter_corpus(inputs["data"])}
+    model = PhraseModel.load(s, inputs["model"])
+    model.train(False)
+    t0 = time.perf_counter()
+    qs, qe = model.index_queries([prepare(s, q.text) for q in queries], int(s["encode_batch_size"]))
+    enc_s = time.perf_counter() - t0
+    info = {}
+    for name, system in zip(job.params["indexes"], job.systems):
+        idx = load_phrase_index(inputs["index"], name, s)
+        t1 = time.perf_counter()
+        answers = phrase_answers(idx, qs, qe, s, texts)
+        secs = time.perf_counter() - t1
+        write_jsonl(out / f"{system}{ANSWERS}", ({"id": q.id, "question": q.text, "prepared": prepare(s, q.text),
+                                                  "prediction": a[0]["text"] if a else "", "phrases": a[:10]}
+                                                 for q, a in zip(queries, answers)))
+        hits = passage_run([q.id for q in queries], answers, int(ctx.cfg["evaluate"]["depth"]))
+        write_run_with_meta(out / f"{system}.trec", hits, system=system,
+                            meta={"dataset": job.dataset, "split": split, "index": idx.spec,
+                                  "seconds": round(enc_s + secs, 3)})
+        info[system] = {"index": idx.spec, "search_seconds": round(secs, 3)}
+        print(f"{system}/{job.dataset}: {len(queries)} questions searched in {idx.spec} ({secs:.1f}s)")
+    return {"queries": len(queries), "encode_seconds": round(enc_s, 3), "systems": info}

@@ -1,0 +1,110 @@
+"""LightRetriever's indexes: the corpus encoded once into the dense faiss index (``dense/``) and, where
+the model's sparse side is searched, the Lucene impact index (``sparse/``, weights x ``impact_scale``
+rounded) and the float sparse matrix (``sparse.npz``, Figure 5's top-k)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.artifacts import write_docids
+from harness.datasets import store
+from harness.methods.lightretriever.model import LightModel, doc_text
+from harness.methods.lightretriever.settings import settings
+from harness.models.runtime import torch_for
+from harness.progress import batches
+
+DENSE_DIR, SPARSE_DIR, SPARSE_NPZ = "dense", "sparse", "sparse.npz"
+
+
+def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Sequence[str], *, sparse: bool):
+    """Dense document vectors [N, H] (normalised) and, with ``sparse``, the sparse vectors as a CSR
+    matrix [N, V] (float32, before quantisation); counts truncated documents."""
+    import scipy.sparse as sps
+
+    torch = torch_for(s)
+    bs = int(s["encode_batch_size"])
+    maxlen = int(s["p_max_len"])
+    prefix = model.prompt_ids(None)
+    dense, rows_sp = [], []
+    full_ids = model.tok([" " + t for t in texts], add_special_tokens=False)["input_ids"]
+    truncated = sum(len(x) > maxlen for x in full_ids)
+    all_rows = [list(x[:maxlen]) for x in full_ids]
+    table = model.cache_table(None) if s["dense_doc"] == "light" else None
+    with torch.inference_mode():
+        for i in batches(len(texts), bs, "encode corpus (lightretriever)", "doc"):
+            rows = all_rows[i:i + bs]
+            if s["dense_doc"] == "light" and not (sparse and s["sparse_doc"] == "full"):
+                h = mask = None
+            else:
+                h, mask = model.forward(prefix, rows)
+            if s["dense_doc"] == "light":
+                from harness.methods.lightretriever.ops import query_vector
+
+                dense.append(torch.nn.functional.normalize(query_vector(table, rows).float(), dim=-1).cpu().numpy())
+            else:
+                dense.append(model.eos_pool(h, mask).cpu().numpy())
+            if sparse:
+                if s["sparse_doc"] == "full":
+                    v = model.sparse_vectors(h, mask, len(prefix))
+                else:
+                    v = model.counts(rows)
+                rows_sp.append(sps.csr_matrix(v.cpu().numpy()))
+    dense_m = np.concatenate(dense).astype(np.float32) if dense else np.zeros((0, model.hidden), np.float32)
+    sp_m = sps.vstack(rows_sp).tocsr() if rows_sp else None
+    return dense_m, sp_m, truncated
+
+
+def impacts(row, scale: float) -> dict[str, int]:
+    """A sparse row as Lucene impacts {token id: round(w * scale)} (zero weights dropped)."""
+    out = {}
+    for j, w in zip(row.indices.tolist(), row.data.tolist()):
+        q = round(w * scale)
+        if q > 0:
+            out[str(j)] = q
+    return out
+
+
+def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *, sparse: bool) -> dict[str, Any]:
+    """Encode the corpus of ``inputs["data"]`` with the model of ``inputs["model"]`` once: the dense
+    index and, with ``sparse``, the impact index and the float sparse matrix, all in ``out``."""
+    import scipy.sparse as sps
+
+    from harness.indexes import parse_spec
+    from harness.indexes.faiss_dense import DenseFaissIndex
+    from harness.indexes.lucene import LUCENE_DIR, build_impact
+    from harness.meta import folder_bytes
+
+    s = settings(cfg)
+    model = LightModel.load(inputs["model"])
+    ms = model.s
+    docs = list(store.iter_corpus(inputs["data"]))
+    t0 = time.perf_counter()
+    dense, sp, truncated = encode_corpus(model, {**s, **{k: ms[k] for k in ("dense_doc", "sparse_doc")}},
+                                         [doc_text(d) for d in docs], sparse=sparse)
+    t_enc = time.perf_counter() - t0
+    ids = [d.id for d in docs]
+    spec = s["index"]
+    index = DenseFaissIndex.build(parse_spec(spec)[1], dense)
+    (out / DENSE_DIR).mkdir()
+    index.save(out / DENSE_DIR)
+    write_docids(out / DENSE_DIR, ids)
+    info: dict[str, Any] = {"spec": spec, "documents": len(docs), "dim": int(dense.shape[1]),
+                            "truncated_documents": truncated, "p_max_len": int(s["p_max_len"]),
+                            "encode_seconds": round(t_enc, 3), "dense_bytes": int(index.nbytes)}
+    if sparse:
+        scale = float(s["impact_scale"])
+        t1 = time.perf_counter()
+        (out / SPARSE_DIR).mkdir()
+        n = build_impact(((i, impacts(sp[r], scale)) for r, i in enumerate(ids)), out / SPARSE_DIR / LUCENE_DIR)
+        write_docids(out / SPARSE_DIR, ids)
+        sps.save_npz(out / SPARSE_NPZ, sp.astype(np.float32))
+        nnz = np.diff(sp.indptr)
+        info.update({"sparse_spec": "lucene:impact", "sparse_documents_indexed": n,
+                     "sparse_build_seconds": round(time.perf_counter() - t1, 3),
+                     "sparse_terms_mean": float(nnz.mean()) if len(nnz) else 0.0,
+                     "sparse_bytes": folder_bytes(out / SPARSE_DIR)})
+    return info

@@ -1,0 +1,250 @@
+"""LightRetriever's model: the backbone with its LM head and tokenizer, the encoders of every side
+(full-size EOS pooling, cached-token light dense, log-saturated LM-head sparse, token counts), save and
+load, and the losses (contrastive, Eq. 5's KL, Eq. 9's FLOPS with its ramp, MRL)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.methods.lightretriever.settings import train_signature
+from harness.models.runtime import torch_for
+
+LM_DIR = "lm"
+INFO_FILE = "lightretriever.json"
+PROMPT = "Instruct: {task}\nQuery: "
+
+
+def doc_text(d) -> str:
+    """A passage as the document encoder reads it: ``{title} {text}``."""
+    return f"{d.title} {d.text}".strip()
+
+
+def token_vectors(model: Any, prompt_ids: Sequence[int], token_ids: Sequence[int], eos_id: int, **kw: Any):
+    """[len(token_ids), hidden]: row i is the last hidden state at the final [eos] of ``prompt_ids +
+    [token_ids[i], eos_id]`` (Eq. 3). Decoders pack many tokens per forward pass with App. A.5's block
+    attention mask and position ids; bidirectional encoders run the separate sequences (a block mask
+    cannot reproduce them there). Gradients flow (training); wrap in ``torch.no_grad`` to cache.
+    See :func:`harness.methods.lightretriever.ops.token_vectors`."""
+    from harness.methods.lightretriever import ops
+
+    return ops.token_vectors(model, prompt_ids, token_ids, eos_id, **kw)
+
+
+class LightModel:
+    """The backbone with its LM head, its tokenizer, and the encoders of every side."""
+
+    def __init__(self, lm: Any, tok: Any, s: Mapping[str, Any]) -> None:
+        from harness.methods.lightretriever import ops
+
+        self.lm, self.tok, self.s = lm, tok, dict(s)
+        self.base = lm.base_model if not hasattr(lm, "get_base_model") else lm.get_base_model().base_model
+        self.causal = ops.is_causal(self.base)
+        if self.causal:
+            self.bos, self.eos = tok.bos_token_id, tok.eos_token_id
+        else:
+            self.bos, self.eos = tok.cls_token_id, tok.sep_token_id
+        if self.eos is None:
+            raise ConfigError(f"backbone {s['backbone']!r}: its tokenizer has no end-of-sequence token for EOS pooling")
+        self.pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos
+
+    # -- loading
+    @classmethod
+    def from_backbone(cls, cfg: Mapping[str, Any], s: Mapping[str, Any]) -> LightModel:
+        from harness.models import backbones
+
+        path, spec = backbones.resolve(cfg, s["backbone"])
+        lm = _load_lm(path, spec)
+        tok = backbones.load_tokenizer(cfg, s["backbone"])
+        if s.get("lora"):
+            from peft import LoraConfig, get_peft_model
+
+            lo = s["lora"]
+            lm = get_peft_model(lm, LoraConfig(r=int(lo.get("r", 16)), lora_alpha=float(lo.get("alpha", 32)),
+                                               lora_dropout=float(lo.get("dropout", 0.1)),
+                                               target_modules=lo.get("target_modules", "all-linear")))
+        return cls(lm, tok, s)
+
+    @classmethod
+    def load(cls, folder: Path) -> LightModel:
+        from transformers import AutoTokenizer
+
+        folder = Path(folder)
+        info = json.loads((folder / INFO_FILE).read_text())
+        lm = _load_lm(str(folder / LM_DIR), {"source": "path:"})
+        tok = AutoTokenizer.from_pretrained(folder / LM_DIR)
+        model = cls(lm, tok, info["settings"])
+        model.lm.eval()
+        return model
+
+    def save(self, folder: Path) -> None:
+        folder = Path(folder)
+        lm = self.lm.merge_and_unload() if hasattr(self.lm, "merge_and_unload") else self.lm
+        lm.save_pretrained(folder / LM_DIR)
+        self.tok.save_pretrained(folder / LM_DIR)
+        (folder / INFO_FILE).write_text(json.dumps({"settings": train_signature(self.s) | {"backbone": self.s["backbone"]},
+                                                    "causal": self.causal}, indent=1, default=str))
+
+    @property
+    def hidden(self) -> int:
+        return int(self.base.config.hidden_size)
+
+    @property
+    def vocab(self) -> int:
+        return int(self.head()[1].shape[0])
+
+    def head(self):
+        """(transform of the hidden states, projection weight [V, H], bias [V] | None): BERT's MLM head
+        is a dense + GELU + LayerNorm transform then the decoder; a decoder LLM's is its lm_head."""
+        lm = self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
+        out = lm.get_output_embeddings()
+        if hasattr(lm, "cls") and hasattr(lm.cls, "predictions"):
+            return lm.cls.predictions.transform, out.weight, out.bias
+        return (lambda h: h), out.weight, getattr(out, "bias", None)
+
+    # -- token ids
+    def ids(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
+        """Token ids without special tokens, truncated to ``max_len`` (a leading space: the authors' rule
+        for sparse queries; BERT's tokenizer ignores it)."""
+        enc = self.tok([" " + t for t in texts], add_special_tokens=False, truncation=True, max_length=max_len)
+        return [list(x) for x in enc["input_ids"]]
+
+    def prompt_ids(self, instruction: str | None) -> list[int]:
+        """``[bos] + Instruct: {task}\\nQuery: `` (just ``[bos]`` without an instruction)."""
+        pre = [self.bos] if self.bos is not None else []
+        if instruction is None:
+            return pre
+        return pre + list(self.tok(PROMPT.format(task=instruction), add_special_tokens=False)["input_ids"])
+
+    def _pack(self, rows: Sequence[Sequence[int]]):
+        torch = torch_for(self.s)
+        n = max(len(r) for r in rows)
+        ids = torch.full((len(rows), n), self.pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), n), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+            mask[i, :len(r)] = 1
+        dev = self.base.device
+        return ids.to(dev), mask.to(dev)
+
+    def forward(self, prompt: Sequence[int], bodies: Sequence[Sequence[int]]):
+        """Hidden states [B, T, H] and attention mask of ``prompt + body + [eos]`` per row."""
+        ids, mask = self._pack([list(prompt) + list(b) + [self.eos] for b in bodies])
+        return self.base(input_ids=ids, attention_mask=mask).last_hidden_state, mask
+
+    # -- encoders
+    @staticmethod
+    def eos_pool(h, mask):
+        from harness.methods.lightretriever.ops import eos_pool
+
+        return eos_pool(h.float(), mask)
+
+    def sparse_vectors(self, h, mask, n_prefix: int):
+        """Max-pooled log-saturated LM-head logits over the body positions (the prefix, the final
+        [eos] and padding excluded), [B, V] (fused projection-then-max)."""
+        import torch
+
+        from harness.methods.lightretriever import ops
+
+        transform, w, b = self.head()
+        keep = mask.clone().bool()
+        keep[:, :n_prefix] = False
+        keep[torch.arange(h.shape[0], device=h.device), mask.sum(1) - 1] = False
+        return ops.sparse_doc_vector(transform(h), w, b, keep).float()
+
+    def token_vectors(self, prompt: Sequence[int], tokens: Sequence[int]):
+        return token_vectors(self.base, list(prompt), list(tokens), self.eos)
+
+    def light_mean(self, prompt: Sequence[int], rows: Sequence[Sequence[int]], *, embedding: bool = False):
+        """Mean of the rows' token vectors (cached-token encoder, or the input embedding table), normalised."""
+        import torch
+
+        uniq = sorted({t for r in rows for t in r})
+        if not uniq:
+            return torch.zeros(len(rows), self.hidden, device=self.base.device)
+        if embedding:
+            table = self.base.get_input_embeddings()(torch.tensor(uniq, device=self.base.device))
+        else:
+            table = self.token_vectors(prompt, uniq)
+        pos = {t: i for i, t in enumerate(uniq)}
+        out = []
+        for r in rows:
+            out.append(table[[pos[t] for t in r]].mean(0) if r else torch.zeros(self.hidden, device=table.device))
+        return torch.nn.functional.normalize(torch.stack(out).float(), dim=-1)
+
+    def counts(self, rows: Sequence[Sequence[int]], *, binary: bool = False):
+        import torch
+
+        v = torch.zeros(len(rows), self.vocab, device=self.base.device)
+        for i, r in enumerate(rows):
+            if r:
+                idx = torch.tensor(r, device=v.device)
+                v[i].index_add_(0, idx, torch.ones(len(r), device=v.device))
+        return v.clamp(max=1.0) if binary else v
+
+    def cache_table(self, instruction: str | None, *, batch_size: int = 256):
+        """All V token vectors of one instruction in an EmbeddingBag(mode="mean") (serving, §2.2)."""
+        import torch
+
+        from harness.methods.lightretriever import ops
+
+        prompt = self.prompt_ids(instruction)
+        with torch.inference_mode():
+            if self.s["dense_query"] == "embedding":
+                vecs = self.base.get_input_embeddings().weight.detach().float().clone()
+            else:
+                vecs = token_vectors(self.base, prompt, list(range(self.vocab)), self.eos,
+                                     batch_size=batch_size).float()
+        return ops.build_table(vecs)
+
+
+def _load_lm(path: str, spec: Mapping[str, Any]):
+    """The backbone with its LM head: AutoModelForCausalLM for decoders, AutoModelForMaskedLM otherwise."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    from harness.models.backbones import _hub_kwargs
+
+    kw = _hub_kwargs(spec.get("source", ""))
+    conf = AutoConfig.from_pretrained(path, **kw)
+    decoder = conf.model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3") or bool(
+        getattr(conf, "is_decoder", False))
+    cls = AutoModelForCausalLM if decoder else AutoModelForMaskedLM
+    return cls.from_pretrained(path, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# losses
+
+
+def contrastive(scores, n_docs_per_q: int):
+    """Cross-entropy with query i's positive at column i * n_docs_per_q (Eq. 2)."""
+    import torch
+
+    target = torch.arange(scores.shape[0], device=scores.device) * n_docs_per_q
+    return torch.nn.functional.cross_entropy(scores, target)
+
+
+def kl_align(student, teacher):
+    """Eq. 5: KL(softmax(teacher) || softmax(student)), teacher detached, batch mean."""
+    import torch
+
+    return torch.nn.functional.kl_div(torch.log_softmax(student, -1), torch.softmax(teacher.detach(), -1),
+                                      reduction="batchmean")
+
+
+def flops(w):
+    """Eq. 9: sum over the vocabulary of the squared batch-mean weights."""
+    return (w.mean(0) ** 2).sum()
+
+
+def ramp(step: int, ramp_steps: int) -> float:
+    """Quadratic increase to 1 over ``ramp_steps`` (SPLADE)."""
+    return 1.0 if ramp_steps <= 0 else min(1.0, (step / ramp_steps) ** 2)
+
+
+def mrl(a, b, dim: int):
+    import torch
+
+    return torch.nn.functional.normalize(a[:, :dim], dim=-1), torch.nn.functional.normalize(b[:, :dim], dim=-1)

@@ -1,0 +1,199 @@
+"""LightRetriever's training step on the shared loop (``harness.train.train_loop``): the full-size
+baseline, light dense and light sparse trained jointly on single-set batches of the decontaminated
+training questions, with KL and MRL where configured."""
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.datasets import Query, store
+from harness.errors import DataError
+from harness.methods.lightretriever.model import LightModel, contrastive, doc_text, flops, kl_align, mrl, ramp
+from harness.methods.lightretriever.settings import NAME, instruction_for
+from harness.models.runtime import torch_for
+
+
+def training_groups(s: Mapping[str, Any], sets: Mapping[str, tuple[list[Query], Mapping[str, list[str]]]],
+                    seed: int) -> list[tuple[str, list[tuple[Query, list[str]]]]]:
+    """Batches of ``batch_size`` questions, each drawn from one training set (the authors' sampler),
+    in a seeded order; every question once per pass."""
+    rng = random.Random(seed)
+    groups = []
+    bs = int(s["batch_size"])
+    for key, (queries, negs) in sets.items():
+        ex = [(q, list(negs.get(q.id, []))) for q in queries]
+        rng.shuffle(ex)
+        groups += [(key, ex[i:i + bs]) for i in range(0, len(ex) - 1, bs) if len(ex[i:i + bs]) >= 2]
+    rng.shuffle(groups)
+    return groups
+
+
+def kept_training_queries(decontam_dir: Path, key: str, data_dir: Path, queries: Sequence[Query],
+                          cfg: Mapping[str, Any]) -> list[Query]:
+    """``queries`` (the train split of ``key``, read from ``data_dir``) minus those the decontam stage dropped."""
+    from harness.decontam import report as hdecontam
+
+    train, _ = hdecontam.plan(cfg)
+    did = cfg["datasets"][key]["id"]
+    names = [q.name for q in train if cfg["datasets"][q.key]["id"] == did and q.split == "train"]
+    path = Path(decontam_dir) / "train" / f"{names[0]}.jsonl"
+    if not path.exists():
+        raise DataError(f"{path} does not exist: the decontam stage wrote no training file for {names[0]}",
+                        fix="re-run rule decontam")
+    from harness.io import iter_jsonl
+
+    kept = {str(r["id"]) for r in iter_jsonl(path)}
+    out = []
+    for q in queries:
+        if q.id in kept:
+            if not q.gold:
+                raise DataError(f"{data_dir}/queries-train.jsonl: question {q.id} has no gold passage to train on")
+            out.append(q)
+    return out
+
+
+def read_training_sets(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Path], seed: int):
+    """Per training set: (kept and sampled questions, their mined negatives), its passages by id, and
+    its question counts before and after decontamination and sampling."""
+    from harness import train as loop
+    from harness.io import iter_jsonl
+
+    sets, docs, counts = {}, {}, {}
+    for key in s["train_datasets"]:
+        split = store.read_queries(inputs[f"data_{key}"], "train")
+        qs = kept_training_queries(inputs["decontam"], key, inputs[f"data_{key}"], split, cfg)
+        total = len(split)
+        qs = loop.subsample(qs, s["max_train_questions"], seed)
+        negs = {r["id"]: r["negatives"] for r in iter_jsonl(inputs[f"negatives_{key}"])}
+        sets[key] = (qs, negs)
+        docs[key] = {d.id: d for d in store.iter_corpus(inputs[f"data_{key}"])}
+        counts[key] = {"train_questions": total, "after_decontam_and_sample": len(qs)}
+    return sets, docs, counts
+
+
+class BatchLoss:
+    """The shared loop's ``step_fn(batch, step, rng) -> (loss, parts)`` for one pre-formed single-set
+    batch: the full-size baseline, light dense, light sparse (+ FLOPS), KL and MRL terms, summed in
+    that order."""
+
+    def __init__(self, model: LightModel, s: Mapping[str, Any], sets: Mapping[str, Any],
+                 docs: Mapping[str, Mapping[str, Any]]) -> None:
+        self.model, self.s, self.docs = model, s, docs
+        self.tau, self.tau_s = float(s["temperature"]), float(s["sparse_temperature"])
+        self.n_hard = int(s["hard_negatives"])
+        self.n_per = 1 + self.n_hard
+        self.prompts = {k: model.prompt_ids(instruction_for(s, k)) for k in sets}
+        self.doc_prefix = model.prompt_ids(None)
+        self.doc_lists = {k: list(v) for k, v in docs.items()}
+
+    def columns(self, key: str, group: Sequence[tuple[Query, list[str]]], rng) -> list[str]:
+        """Passage ids: query i's positive at column i * n_per, then its hard negatives (topped up with
+        random passages where fewer were mined)."""
+        golds = {q.gold[0] for q, _ in group}
+        cols = []
+        for q, negs in group:
+            pool = [d for d in negs if d not in golds][:self.n_hard]
+            while len(pool) < self.n_hard:   # fewer mined negatives than asked: random passages
+                r = rng.choice(self.doc_lists[key])
+                if r not in golds and r not in pool:
+                    pool.append(r)
+            cols += [q.gold[0], *pool]
+        return cols
+
+    def __call__(self, batch, step: int, rng):
+        key, group = batch[0]
+        model, s, tau, n_per = self.model, self.s, self.tau, self.n_per
+        cols = self.columns(key, group, rng)
+        qs = [q for q, _ in group]
+        drows = model.ids([doc_text(self.docs[key][p]) for p in cols], int(s["p_max_len"]))
+        qrows = model.ids([q.text for q in qs], int(s["q_max_len"]))
+        dh, dmask = model.forward(self.doc_prefix, drows)
+        d_full = model.eos_pool(dh, dmask)
+        qh, qmask = model.forward(self.prompts[key], qrows)
+        q_full = model.eos_pool(qh, qmask)
+        parts: dict[str, float] = {}
+        base = q_full @ d_full.T
+        loss = contrastive(base / tau, n_per)
+        parts["base"] = float(loss.detach())
+        q_light, d_dense = self.light_dense(key, qrows, drows, q_full, d_full)
+        light = q_light @ d_dense.T
+        l_dense = contrastive(light / tau, n_per)
+        parts["dense"] = float(l_dense.detach())
+        loss = loss + l_dense
+        sparse, l_sparse = self.light_sparse(qrows, drows, dh, dmask, step, parts)
+        parts["sparse"] = float(l_sparse.detach())
+        loss = loss + l_sparse
+        if s["kl"]:
+            l_kl = kl_align(light / tau, base / tau) + kl_align(sparse / self.tau_s, base / tau)
+            parts["kl"] = float(l_kl.detach())
+            loss = loss + l_kl
+        for dim in s["mrl_dims"] or []:
+            if dim >= model.hidden:
+                continue
+            a, b = mrl(q_full, d_full, dim)
+            c, e = mrl(q_light, d_dense, dim)
+            loss = loss + contrastive(a @ b.T / tau, n_per) + contrastive(c @ e.T / tau, n_per)
+        return loss, parts
+
+    def light_dense(self, key: str, qrows, drows, q_full, d_full):
+        """(query, document) vectors of the light dense side: the query's cached-token mean (or the
+        full-size query / the input embeddings, Table 4), the full-size or light document."""
+        model, s = self.model, self.s
+        if s["dense_query"] == "full":
+            q_light = q_full
+        else:
+            q_light = model.light_mean(self.prompts[key], qrows, embedding=s["dense_query"] == "embedding")
+        d_dense = model.light_mean(self.doc_prefix, drows) if s["dense_doc"] == "light" else d_full
+        return q_light, d_dense
+
+    def light_sparse(self, qrows, drows, dh, dmask, step: int, parts: dict[str, float]):
+        """(scores, loss) of the light sparse side, the FLOPS term (recorded in ``parts``) included."""
+        model, s = self.model, self.s
+        if s["sparse_query"] == "full":
+            q_sp = model.sparse_vectors(*model.forward(self.doc_prefix, qrows), len(self.doc_prefix))
+        else:
+            q_sp = model.counts(qrows, binary=s["sparse_query"] == "binary")
+        if s["sparse_doc"] == "full":
+            d_sp = model.sparse_vectors(dh, dmask, len(self.doc_prefix))
+        else:
+            d_sp = model.counts(drows)
+        sparse = q_sp @ d_sp.T
+        l_sparse = contrastive(sparse / self.tau_s, self.n_per)
+        reg_on = d_sp if s["sparse_doc"] == "full" else (q_sp if s["sparse_query"] == "full" else None)
+        if reg_on is not None and s["flops_weight"]:
+            reg = float(s["flops_weight"]) * ramp(step, int(s["flops_ramp_steps"])) * flops(reg_on)
+            l_sparse = l_sparse + reg
+            parts["flops"] = float(reg.detach())
+        return sparse, l_sparse
+
+
+def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Train one model (main or variant) on its training sets and save it in ``out``."""
+    from dataclasses import replace
+
+    from harness import train as loop
+
+    torch_for(s)   # thread count
+    seed = int(cfg["seed"])
+    loop.set_seed(seed)
+    sets, docs, counts = read_training_sets(cfg, s, inputs, seed)
+    groups = training_groups(s, sets, seed)
+    if not groups:
+        raise DataError(f"methods.{NAME}: no training batch: the training sets have fewer than 2 questions")
+    model = LightModel.from_backbone(cfg, s)
+    ts = loop.TrainSettings.from_config(s)
+    ts = replace(ts, batch_size=1, min_batch=1)   # one example = one pre-formed single-set batch
+    step_fn = BatchLoss(model, s, sets, docs)
+    params = [p for p in model.lm.parameters() if p.requires_grad]
+    info = loop.train_loop(groups, step_fn, params, settings=ts, seed=seed, out=out, save=model.save,
+                           modules=[model.lm])
+    if not all(np.isfinite(info["losses"])):
+        raise DataError(f"methods.{NAME}: the training loss became non-finite", fix="lower lr")
+    return {"steps": info["steps"], "batches": len(groups), "seconds": info["seconds"],
+            "loss_first": info["loss_first"], "loss_last": info["loss_last"], "training_sets": counts,
+            "backbone": s["backbone"], "trainable_parameters": int(sum(p.numel() for p in params)),
+            "lora": s.get("lora"), **{k: info[k] for k in info if k.endswith(("_first", "_last"))}}

@@ -1,0 +1,248 @@
+"""QCR's jobs for the plan (harness/plan.py): ``declare`` (models, code indexes, runs, RRF fusions,
+measures), ``search_job``, and the step functions the jobs name, each a thin call into the module
+of its concern."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.fusion import fusion_job
+from harness.job import Job, Ref
+from harness.methods.base import Context, training_keys, wants_gpu
+from harness.methods.qcr.index import code_index, nopos_index, words_index
+from harness.methods.qcr.kmeans import fit_centroids, kmeans_index, kmeans_runs
+from harness.methods.qcr.measure import analysis, efficiency, fig3
+from harness.methods.qcr.search import search_model
+from harness.methods.qcr.settings import NOT_MODEL, check, grid_models, settings, train_signature
+from harness.methods.qcr.train import flag_collapse, train
+
+
+def model_id(cfg: Mapping[str, Any], variant: str | None) -> str:
+    """``qcr`` for the main model and for a variant whose training equals it, else ``qcr.<variant>``."""
+    if variant is None or train_signature(settings(cfg, variant)) == train_signature(settings(cfg)):
+        return "qcr"
+    return f"qcr.{variant}"
+
+
+def _systems(prefix: str, full: bool, main: bool) -> tuple[str, ...]:
+    """System ids of one model's search job: ``qcr`` + ``qcr.rescore`` ...; ``qcr.v`` + ``qcr.v-rescore`` ..."""
+    sep = "." if main else "-"
+    out = [prefix, f"{prefix}{sep}rescore"]
+    if main:
+        out.append(f"{prefix}.nopos")
+    if full:
+        out.append(f"{prefix}{sep}words")
+    return tuple(out)
+
+
+def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test", variant: str | None = None
+               ) -> Job:
+    """Every system of one model on ``dataset`` (one model load, one question encoding)."""
+    s = settings(cfg)
+    main = variant is None
+    mid = model_id(cfg, variant)
+    full = main or variant in (s["full_variants"] or [])
+    jid = mid if main else f"qcr.{variant}"
+    inputs = {"data": Ref("data", dataset=dataset), "model": Ref("model", mid), "index": Ref("index", jid, dataset)}
+    if full:
+        inputs["words_index"] = Ref("index", f"{jid}.words", dataset)
+    if main:
+        inputs["nopos_index"] = Ref("index", f"{jid}.nopos", dataset)
+    m = f"methods.{name}"
+    return Job("search", jid if split == "test" else f"{jid}.{split}", name, "run_search", dataset,
+               gpu=wants_gpu(cfg, name), params={"split": split, "variant": variant},
+               systems=_systems(jid, full, main) if split == "test" else (jid,), inputs=inputs,
+               keys=("evaluate.depth", f"{m}.rescore_depth", f"{m}.k1", f"{m}.b", f"{m}.q_max_len"))
+
+
+def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
+    """Models (main, variants, Figure 3 grid, k-means), their code indexes (and words / no-position
+    indexes), one search job per model and dataset, RRF fusions, and the measure jobs."""
+    s = settings(cfg)
+    check(s)
+    variants = list(s["variants"] or {}) + grid_models(s)
+    models: dict[str | None, str] = {None: "qcr"}
+    for v in variants:
+        models[v] = model_id(cfg, v)
+    datasets = list(s.get("datasets") or [])
+    jobs = _train_jobs(cfg, name, s, models) + _model_jobs(cfg, name, s, variants, models, datasets)
+    dpr_on = "dpr" in cfg["methods"] and cfg["methods"]["dpr"].get("enabled", True)
+    if s["kmeans"]["enabled"] and (s["kmeans"]["encoder"] != "dpr" or dpr_on):  # else its cells say "not run"
+        jobs += _kmeans_jobs(name, s, datasets)
+    if datasets:
+        jobs += _measure_jobs(name, s, datasets, models, dpr_on)
+    return jobs
+
+
+def _train_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], models: Mapping[str | None, str]
+                ) -> list[Job]:
+    """One train job per distinct model (a variant that trains as the main model shares ``qcr``)."""
+    m, gpu = f"methods.{name}", wants_gpu(cfg, name)
+    keys = training_keys(cfg, name, exclude=NOT_MODEL)
+    data = {"data": Ref("data", dataset=s["train_dataset"])}
+    jobs = []
+    for v, mid in models.items():
+        if v is not None and mid == "qcr":
+            continue
+        vkeys = () if v is None else ((f"{m}.variant_overrides", f"{m}.variants.{v}") if v in (s["variants"] or {})
+                                      else (f"{m}.variant_overrides", f"{m}.grid", f"{m}.schedule"))
+        jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"variant": v}, inputs=data,
+                        keys=(*keys, *vkeys), mem_mb=6000))
+    return jobs
+
+
+def _model_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], variants: list[str],
+                models: Mapping[str | None, str], datasets: list[str]) -> list[Job]:
+    """Per model: its code index (+ words, + no-position for the main model), and per dataset its
+    search job and (full variants) its RRF fusion of codes and words."""
+    m, gpu = f"methods.{name}", wants_gpu(cfg, name)
+    idx_keys = (f"{m}.positional", f"{m}.index", f"{m}.k1", f"{m}.b", f"{m}.p_max_len")
+    jobs = []
+    for v in [None, *variants]:
+        jid = "qcr" if v is None else f"qcr.{v}"
+        full = v is None or v in (s["full_variants"] or [])
+        jobs.append(Job("index", jid, name, "build", gpu=gpu, params={"variant": v}, keys=idx_keys,
+                        inputs={"data": Ref("data"), "model": Ref("model", models[v])}, mem_mb=4000))
+        if full:
+            jobs.append(Job("index", f"{jid}.words", name, "build_words", params={"variant": v}, keys=idx_keys,
+                            inputs={"data": Ref("data"), "source": Ref("index", jid)}, mem_mb=4000))
+        if v is None:
+            jobs.append(Job("index", f"{jid}.nopos", name, "build_nopos", params={"variant": v}, keys=idx_keys,
+                            inputs={"data": Ref("data"), "source": Ref("index", jid)}, mem_mb=4000))
+        for d in datasets:
+            jobs.append(search_job(cfg, name, d, variant=v))
+            if full:
+                sep = "." if v is None else "-"
+                codes_sys = jid if s["rrf_codes"] == "codes" else f"{jid}{sep}rescore"
+                w = float(s["rrf_weight"])
+                jobs.append(fusion_job(f"{jid}{sep}rrf", name, d, [codes_sys, s["words_system"]], "rrf",
+                                       keys=(f"{m}.rrf_weight", f"{m}.rrf_k", f"{m}.rrf_codes"),
+                                       rrf_k=int(s["rrf_k"]), weights=[w, 1.0 - w]))
+    return jobs
+
+
+def _kmeans_jobs(name: str, s: Mapping[str, Any], datasets: list[str]) -> list[Job]:
+    """The k-means baseline: centroids, its index and words index, one search job per dataset."""
+    m = f"methods.{name}"
+    # the backbone key: encoder "backbone" reads it (with encoder dpr, DPR's model hash carries DPR's
+    # backbone)
+    kkeys = (f"{m}.kmeans", f"{m}.p_max_len", f"{m}.q_max_len", "seed", f"backbones.{s['backbone']}")
+    enc = {"encoder": Ref("model", "dpr")} if s["kmeans"]["encoder"] == "dpr" else {}
+    data = {"data": Ref("data", dataset=s["train_dataset"])}
+    jobs = [Job("train", "qcr.kmeans", name, "train_kmeans", inputs={**data, **enc}, keys=kkeys, mem_mb=6000),
+            Job("index", "qcr.kmeans", name, "build_kmeans", keys=(*kkeys, f"{m}.k1", f"{m}.b"),
+                inputs={"data": Ref("data"), "model": Ref("model", "qcr.kmeans"), **enc}, mem_mb=4000),
+            Job("index", "qcr.kmeans-words", name, "build_words", params={"kmeans": True},
+                keys=(*kkeys, f"{m}.k1", f"{m}.b"),
+                inputs={"data": Ref("data"), "source": Ref("index", "qcr.kmeans")}, mem_mb=4000)]
+    for d in datasets:
+        jobs.append(Job("search", "qcr.kmeans", name, "run_kmeans", d,
+                        systems=("qcr.kmeans", "qcr.kmeans-words"),
+                        keys=(*kkeys, "evaluate.depth", f"{m}.k1", f"{m}.b"),
+                        inputs={"data": Ref("data", dataset=d), "model": Ref("model", "qcr.kmeans"), **enc,
+                                "index": Ref("index", "qcr.kmeans", d),
+                                "words_index": Ref("index", "qcr.kmeans-words", d)}))
+    return jobs
+
+
+def _measure_jobs(name: str, s: Mapping[str, Any], datasets: list[str], models: Mapping[str | None, str],
+                  dpr_on: bool) -> list[Job]:
+    """The analysis job (Figures 2, A.2, Table 2), Figure 3 (where the grid has models) and efficiency."""
+    m = f"methods.{name}"
+    a = s["analysis"]
+    ad = a["dataset"] or datasets[0]
+    noent = a["noent_variant"] if a["noent_variant"] in (s["variants"] or {}) else None
+    extra = {}
+    if noent:
+        extra = {"noent_model": Ref("model", models[noent]), "noent_index": Ref("index", f"qcr.{noent}", ad)}
+    jobs = [Job("measure", "qcr.analysis", name, "measure_analysis", ad,
+                systems=("qcr.fig2-positive", "qcr.fig2-hard", "qcr.fig2-random", "qcr.usage-docs",
+                         "qcr.usage-queries", *((f"qcr.{noent}-usage-docs", f"qcr.{noent}-usage-queries")
+                                                if noent else ()),
+                         *(f"qcr.pmi-{i}" for i in range(1, int(a["pmi_codes"]) + 1))),
+                keys=(f"{m}.analysis", f"{m}.usage_threshold", "seed", f"{m}.q_max_len"),
+                params={"noent": noent},
+                inputs={"data": Ref("data", dataset=ad), "model": Ref("model", "qcr"),
+                        "index": Ref("index", "qcr", ad), "bm25": Ref("system", s["words_system"], ad),
+                        **extra})]
+    grid = grid_models(s)
+    if grid:
+        jobs.append(Job("measure", "qcr.fig3", name, "measure_fig3", ad,
+                        systems=("qcr.fig3", *(f"qcr.fig3-{g.removeprefix('grid-')}" for g in grid)),
+                        keys=(f"{m}.grid", "evaluate.ir_measures"), params={"grid": grid},
+                        inputs={"data": Ref("data", dataset=ad),
+                                **{f"run_{g}": Ref("system", f"qcr.{g}", ad) for g in grid}}))
+    eff = ("qcr.eff-codes", "qcr.eff-rescore", "qcr.eff-words-index", "qcr.eff-bm25", "qcr.eff-dpr")
+    dpr_in = {"dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", ad)} if dpr_on else {}
+    jobs.append(Job("measure", "qcr.efficiency", name, "measure_efficiency", ad, systems=eff,
+                    keys=("timing", "evaluate.depth", f"{m}.timing_queries", f"{m}.rescore_depth", f"{m}.k1",
+                          f"{m}.b", "methods.bm25.k1", "methods.bm25.b"),
+                    inputs={"data": Ref("data", dataset=ad), "model": Ref("model", "qcr"),
+                            "index": Ref("index", "qcr", ad), "words_index": Ref("index", "qcr.words", ad),
+                            "bm25_index": Ref("index", "bm25", ad), **dpr_in}))
+    return jobs
+
+
+# --------------------------------------------------------------------------------------------
+# steps: step(ctx, job, inputs, out) -> info for meta.json
+
+
+def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    v = job.params.get("variant")
+    s = settings(ctx.cfg, v)
+    info = train(ctx.cfg, s, inputs["data"], out)
+    flag_collapse(info, s, job.id)
+    return {"variant": v, **info}
+
+
+def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Encode the corpus into codes (``codes.npy``, doc ids) and index their strings."""
+    return code_index(settings(ctx.cfg), inputs["model"], inputs["data"], out)
+
+
+def build_words(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """"w/ words": the source index's code strings plus the analysed words of each passage."""
+    return words_index(settings(ctx.cfg), inputs["source"], inputs["data"], out,
+                       kmeans=bool(job.params.get("kmeans")))
+
+
+def build_nopos(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """The source index's codes without position prefixes (the §4.2 ablation)."""
+    return nopos_index(settings(ctx.cfg), inputs["source"], out)
+
+
+def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Codes run, rescored run, [no-position run], [codes + words run] of one model."""
+    return search_model(settings(ctx.cfg), inputs, out, systems=job.systems, dataset=job.dataset,
+                        split=job.params.get("split", "test"), k=int(ctx.cfg["evaluate"]["depth"]))
+
+
+def train_kmeans(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """faiss k-means over a seeded sample of the training corpus's token vectors (§4.4)."""
+    return fit_centroids(ctx.cfg, settings(ctx.cfg), inputs, out)
+
+
+def build_kmeans(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Every corpus token replaced by its nearest centroid id (``k<id>``, one per token, no positions)."""
+    return kmeans_index(ctx.cfg, settings(ctx.cfg), inputs, out)
+
+
+def run_kmeans(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    return kmeans_runs(ctx.cfg, settings(ctx.cfg), inputs, out, dataset=job.dataset,
+                       k=int(ctx.cfg["evaluate"]["depth"]))
+
+
+def measure_analysis(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Figure 2, Figure A.2 and Table 2 (:func:`harness.methods.qcr.measure.analysis`)."""
+    return analysis(ctx.cfg, settings(ctx.cfg), job.dataset, inputs, out, noent=job.params.get("noent"))
+
+
+def measure_fig3(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Figure 3: Success@100 of the grid models (batch size x K), evaluated as the evaluate stage does."""
+    return fig3(ctx.cfg, job.dataset, job.params["grid"], inputs, out)
+
+
+def measure_efficiency(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
+    """Index bytes, build seconds and query latency (:func:`harness.methods.qcr.measure.efficiency`)."""
+    return efficiency(ctx.cfg, settings(ctx.cfg), job.dataset, inputs, out)

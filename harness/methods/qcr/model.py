@@ -1,0 +1,194 @@
+"""QCR's model (§3.1): ``[CLS] [QCR0..QCR{K-1}] text [SEP]`` through the backbone, the K outputs
+projected to d = len(levels) and quantised by FSQ; and its training losses (§3.2-3.3): Eq. 3's late
+interaction, the code entropy of Eq. 4-5, and a GradCache step for multi-vector outputs."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import ConfigError
+from harness.methods.qcr.settings import ENCODER_DIR, FSQ_VERSION, MODEL_FILE, codes_k, max_codes
+from harness.models.backbones import load_encoder, load_tokenizer
+from harness.models.runtime import quiet_transformers, torch_for
+
+
+def prequant(fsq, z):
+    """FSQ's bounded value before rounding, on the code scale (``fsq.bound`` without its ``round_ste``):
+    what Eq. 3 and Eq. 4 measure distances between."""
+    import torch
+
+    levels = fsq._levels.to(z.dtype)
+    half_l = (levels - 1) * (1 + 1e-3) / 2
+    offset = torch.where(fsq._levels % 2 == 0, 0.5, 0.0).to(z.dtype)
+    shift = torch.atanh(offset / half_l)
+    return (torch.tanh(z + shift) * half_l - offset) / (fsq._levels // 2).to(z.dtype)
+
+
+def code_ids(fsq, pre):
+    """Code ids of pre-rounded representations (rounding as FSQ does)."""
+    import torch
+
+    hw = (fsq._levels // 2).to(pre.dtype)
+    return fsq.codes_to_indices(torch.round(pre * hw) / hw).long()
+
+
+class QCRModel:
+    """Backbone + projection + FSQ; ``pre(texts, k)`` gives pre-rounded codes [B, k, d]."""
+
+    def __init__(self, s: Mapping[str, Any], encoder, tokenizer, proj, fsq) -> None:
+        self.s, self.encoder, self.tok, self.proj, self.fsq = s, encoder, tokenizer, proj, fsq
+        self.special = tokenizer.convert_tokens_to_ids([f"[QCR{i}]" for i in range(max_codes(s))])
+
+    @classmethod
+    def from_backbone(cls, cfg: Mapping[str, Any], s: Mapping[str, Any]) -> QCRModel:
+        import torch
+        from vector_quantize_pytorch import FSQ
+
+        quiet_transformers()
+        enc = load_encoder(cfg, s["backbone"])
+        tok = load_tokenizer(cfg, s["backbone"])
+        tok.add_special_tokens({"additional_special_tokens": [f"[QCR{i}]" for i in range(max_codes(s))]})
+        enc.resize_token_embeddings(len(tok))
+        proj = torch.nn.Linear(enc.config.hidden_size, len(s["levels"]))
+        return cls(s, enc, tok, proj, FSQ(levels=list(s["levels"])))
+
+    @classmethod
+    def load(cls, folder: Path) -> QCRModel:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+        from vector_quantize_pytorch import FSQ
+
+        quiet_transformers()
+        state = torch.load(Path(folder) / MODEL_FILE, weights_only=False)
+        s = state["settings"]
+        enc = AutoModel.from_pretrained(Path(folder) / ENCODER_DIR)
+        tok = AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR)
+        proj = torch.nn.Linear(enc.config.hidden_size, len(s["levels"]))
+        proj.load_state_dict(state["proj"])
+        return cls(s, enc, tok, proj, FSQ(levels=list(s["levels"])))
+
+    def save(self, folder: Path) -> None:
+        import torch
+
+        self.encoder.save_pretrained(Path(folder) / ENCODER_DIR)
+        self.tok.save_pretrained(Path(folder) / ENCODER_DIR)
+        torch.save({"proj": self.proj.state_dict(), "settings": dict(self.s), "fsq": FSQ_VERSION},
+                   Path(folder) / MODEL_FILE)
+
+    def modules(self) -> list[Any]:
+        return [self.encoder, self.proj, self.fsq]
+
+    def parameters(self) -> list[Any]:
+        return list(self.encoder.parameters()) + list(self.proj.parameters())
+
+    def batch(self, texts: Sequence[str | tuple[str, str]], k: int, max_len: int):
+        """Token ids ``[CLS] [QCR0..QCR{k-1}] text [SEP]`` (pairs: title [SEP] text) and the mask."""
+        import torch
+
+        if k > len(self.special):
+            raise ConfigError(f"K = {k} codes but the model has {len(self.special)} special tokens")
+        if texts and isinstance(texts[0], tuple):
+            enc = self.tok([t[0] for t in texts], [t[1] for t in texts], padding=True, truncation="only_second",
+                           max_length=max_len + 2, return_tensors="pt")
+        else:
+            enc = self.tok(list(texts), padding=True, truncation=True, max_length=max_len + 2, return_tensors="pt")
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        n = ids.shape[0]
+        special = torch.tensor(self.special[:k], dtype=ids.dtype).expand(n, k)
+        ids = torch.cat([ids[:, :1], special, ids[:, 1:]], 1)
+        mask = torch.cat([mask[:, :1], torch.ones(n, k, dtype=mask.dtype), mask[:, 1:]], 1)
+        return ids, mask
+
+    def pre(self, ids, mask, k: int):
+        dev = next(self.encoder.parameters()).device
+        h = self.encoder(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state[:, 1:1 + k]
+        return prequant(self.fsq, self.proj(h).float())
+
+    def encode(self, texts: Sequence[str | tuple[str, str]], max_len: int, batch_size: int = 64) -> np.ndarray:
+        """Code ids [N, K] (K = the last stage's), inference mode."""
+        torch = torch_for(self.s)
+        k = codes_k(self.s)
+        self.encoder.eval()
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(texts), batch_size):
+                ids, mask = self.batch(texts[i:i + batch_size], k, max_len)
+                out.append(code_ids(self.fsq, self.pre(ids, mask, k)).cpu().numpy())
+        return np.concatenate(out).astype(np.int32) if out else np.zeros((0, k), np.int32)
+
+
+def late_interaction(q, d):
+    """Eq. 3 for every query-document pair: q [B, K, d], d [P, K', d] -> [B, P],
+    ``sum_i max_j -||q_i - d_j||_2``."""
+    import torch
+
+    b, k, dim = q.shape
+    p, k2, _ = d.shape
+    qf, df = q.reshape(b * k, dim), d.reshape(p * k2, dim)
+    # exact differences (the matmul form cancels badly near 0); cdist's gradient is 0 at distance 0
+    dist = torch.cdist(qf, df, compute_mode="donot_use_mm_for_euclid_dist").view(b, k, p, k2)
+    return (-dist).max(dim=3).values.sum(dim=1)
+
+
+def entropy_loss(z, codebook):
+    """Eq. 4-5: entropy (nats) of the batch-averaged crisp code distribution of the pre-rounded codes
+    ``z`` [N, d] over ``codebook`` [C, d]; forward = one-hot of the nearest entry, backward = the
+    gradient of softmax(-||zeta - z||). Returns (entropy, batch-averaged distribution)."""
+    import torch
+
+    # the exact-difference form: cdist's matmul form (its default past 25 rows) takes MKL VML's sqrt,
+    # whose bits depend on the CPU (harness.numerics); the codebook has only len(levels) dimensions
+    logits = -torch.cdist(z, codebook, compute_mode="donot_use_mm_for_euclid_dist")
+    p = logits.softmax(-1)
+    hard = torch.nn.functional.one_hot(p.argmax(-1), codebook.shape[0]).to(p.dtype)
+    p_star = (hard + p - p.detach()).mean(0)
+    return -(p_star * torch.log(p_star.clamp(min=1e-12))).sum(), p_star.detach()
+
+
+def qcr_loss(q, d, codebook, *, temperature: float, entropy_weight: float):
+    """Contrastive loss over in-batch documents (document i is the positive of query i) minus
+    ``entropy_weight`` x the code entropy of queries and documents together. Returns (loss, parts)."""
+    import torch
+
+    scores = late_interaction(q, d) / temperature
+    target = torch.arange(q.shape[0], device=q.device)
+    lc = torch.nn.functional.cross_entropy(scores, target)
+    parts = {"contrastive": float(lc.detach())}
+    loss = lc
+    if entropy_weight > 0:
+        h, _ = entropy_loss(torch.cat([q.reshape(-1, q.shape[-1]), d.reshape(-1, d.shape[-1])]), codebook)
+        loss = lc - entropy_weight * h
+        parts["entropy"] = float(h.detach())
+    return loss, parts
+
+
+def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int):
+    """One GradCache step (Gao et al., 2021) for multi-vector outputs: ``encode(items) -> [n, K, d]``
+    for each group (queries, documents) in sub-batches of ``chunk`` without a graph; ``loss_fn(*reps)``
+    on the whole batch and its gradient w.r.t. the representations; then every sub-batch re-encoded
+    under the RNG state of its first pass and back-propagated with its slice of that gradient.
+    Gradients accumulate in the parameters; returns (detached loss, parts)."""
+    import torch
+
+    reps, states = [], []
+    for items in groups:
+        parts_, st = [], []
+        for i in range(0, len(items), chunk):
+            st.append(torch.get_rng_state())
+            with torch.no_grad():
+                parts_.append(encode(items[i:i + chunk]))
+        reps.append(torch.cat(parts_).detach().requires_grad_())
+        states.append(st)
+    loss, parts = loss_fn(*reps)
+    loss.backward()
+    for items, rep, st in zip(groups, reps, states):
+        for j, i in enumerate(range(0, len(items), chunk)):
+            rng = torch.get_rng_state()
+            torch.set_rng_state(st[j])
+            out = encode(items[i:i + chunk])
+            torch.set_rng_state(rng)
+            out.backward(rep.grad[i:i + chunk])
+    return loss.detach(), parts

@@ -1,0 +1,192 @@
+"""QCR's training (§3.2-3.3, App. A.1): training pairs (supervised, random crops or generated
+queries), the schedule's batches, and the training step on :func:`harness.train.train_loop`."""
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import train as loop
+from harness.datasets import Doc, store
+from harness.errors import DataError
+from harness.methods.qcr.codebook import usage as usage_stats
+from harness.methods.qcr.model import QCRModel, code_ids, grad_cache_step, qcr_loss
+from harness.methods.qcr.settings import FSQ_VERSION, check, codebook_size, codes_k, train_signature
+from harness.models.runtime import torch_for
+
+
+def crop_query(text: str, rng: random.Random, crop: Mapping[str, Any]) -> str:
+    """A random contiguous span of ``text``'s words, of ratio in [min_ratio, max_ratio] (Contriever)."""
+    words = text.split()
+    if len(words) <= crop["min_words"]:
+        return text
+    ratio = rng.uniform(crop["min_ratio"], crop["max_ratio"])
+    n = max(crop["min_words"], round(len(words) * ratio))
+    start = rng.randrange(0, len(words) - n + 1)
+    return " ".join(words[start:start + n])
+
+
+GENERATOR_PROMPT = ("You are an expert search engine query generator. Your task is to create a concise and effective "
+                    "query that could be used to retrieve a specific document provided by the user. The query should "
+                    "consist of key terms or phrases that are highly relevant to the content of the document. Your "
+                    "response must include only the generated query and nothing else. Document: {document}")
+
+
+def generate_queries(model_name: str, docs: Sequence[Doc], *, max_new_tokens: int = 32, model=None,
+                     tokenizer=None) -> list[str]:
+    """App. A.1: one query per passage from a causal LM with the paper's prompt (greedy decoding).
+    ``model``/``tokenizer`` may be given (the tests pass a randomly initialised tiny LM)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = tokenizer or AutoTokenizer.from_pretrained(model_name)
+    lm = model or AutoModelForCausalLM.from_pretrained(model_name)
+    lm.eval()
+    out = []
+    with torch.inference_mode():
+        for d in docs:
+            prompt = GENERATOR_PROMPT.format(document=f"{d.title}. {d.text}" if d.title else d.text)
+            ids = tok(prompt, return_tensors="pt", return_token_type_ids=False)
+            gen = lm.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False,
+                              pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+            out.append(tok.decode(gen[0, ids["input_ids"].shape[1]:], skip_special_tokens=True).strip())
+    return out
+
+
+def training_pairs(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, rng: random.Random
+                   ) -> tuple[list[tuple[str, str]], dict[str, Doc], dict[str, Any]]:
+    """(query, positive doc id) pairs of ``training_data``, the corpus, and counts for meta.json."""
+    docs = {d.id: d for d in store.iter_corpus(data_dir)}
+    kind = s["training_data"]
+    info: dict[str, Any] = {"training_data": kind}
+    if kind == "supervised":
+        qs = [q for q in store.read_queries(data_dir, "train") if q.gold and q.gold[0] in docs]
+        pairs = [(q.text, q.gold[0]) for q in qs]
+        info["questions_without_gold"] = len(store.read_queries(data_dir, "train")) - len(qs)
+    elif kind == "crops":
+        pairs = [(crop_query(d.text, rng, s["crop"]), d.id) for d in docs.values()]
+    else:
+        g = s["generator"]
+        chosen = list(docs.values())[: g["max_passages"] or None]
+        pairs = list(zip(generate_queries(g["model"], chosen, max_new_tokens=g["max_new_tokens"]),
+                         [d.id for d in chosen]))
+    pairs = loop.subsample(pairs, s["max_train_questions"], cfg["seed"])
+    info["pairs"] = len(pairs)
+    return pairs, docs, info
+
+
+class BatchSchedule:
+    """Batches of the schedule: step -> (stage's batch size, K); pairs drawn from a seeded shuffle,
+    epoch after epoch, never two pairs with the same document in one batch (the other would be a
+    false in-batch negative: it waits for the next batch)."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], schedule: Sequence[Mapping[str, int]], rng: random.Random):
+        self.pairs, self.schedule, self.rng = list(pairs), list(schedule), rng
+        self.queue: list[int] = []
+        self.waiting: list[int] = []
+
+    @property
+    def total(self) -> int:
+        return sum(int(st["steps"]) for st in self.schedule)
+
+    def stage(self, step: int) -> Mapping[str, int]:
+        for st in self.schedule:
+            if step < st["steps"]:
+                return st
+            step -= st["steps"]
+        return self.schedule[-1]
+
+    def _next(self) -> int:
+        if not self.queue:
+            self.queue = list(range(len(self.pairs)))
+            self.rng.shuffle(self.queue)
+        return self.queue.pop()
+
+    def batch(self, step: int) -> tuple[list[tuple[str, str]], int]:
+        st = self.stage(step)
+        size = min(int(st["batch_size"]), len({d for _, d in self.pairs}))
+        chosen: list[int] = []
+        seen: set[str] = set()
+        pending, self.waiting = self.waiting, []
+        tries = 0
+        while len(chosen) < size and tries < 10 * size + len(self.pairs):
+            i = pending.pop(0) if pending else self._next()
+            tries += 1
+            if self.pairs[i][1] in seen:
+                self.waiting.append(i)
+                continue
+            seen.add(self.pairs[i][1])
+            chosen.append(i)
+        self.waiting += pending
+        return [self.pairs[i] for i in chosen], int(st["codes"])
+
+
+def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Path) -> dict[str, Any]:
+    """Train a QCR model with settings ``s``; writes the model to ``out``. The loop is
+    :func:`harness.train.train_loop` (one "example" per optimizer step; the step function draws the
+    step's batch from :class:`BatchSchedule` and runs :func:`grad_cache_step`)."""
+    torch = torch_for(s)
+    check(s)
+    seed = cfg["seed"]
+    loop.set_seed(seed)
+    rng = random.Random(seed)
+    pairs, docs, info = training_pairs(cfg, s, data_dir, rng)
+    if len({d for _, d in pairs}) < 2:
+        raise DataError(f"{data_dir}: QCR needs pairs with at least two distinct passages, got {len(pairs)} pairs")
+    model = QCRModel.from_backbone(cfg, s)
+    sched = BatchSchedule(pairs, s["schedule"], rng)
+    ts = loop.TrainSettings.from_config(s, log_every=10)
+    ts = replace(ts, batch_size=1, epochs=1, grad_accum=1, min_batch=1)
+    device = loop.resolve_device(ts.device)
+    codebook = model.fsq.implicit_codebook.to(device).float()
+    usage = np.zeros(codebook_size(s["levels"]), np.int64)
+
+    def step_fn(_batch, step: int, _rng):
+        batch, k = sched.batch(step)
+
+        def enc_q(texts):
+            return model.pre(*model.batch(list(texts), k, s["q_max_len"]), k)
+
+        def enc_d(ids):
+            return model.pre(*model.batch([(docs[i].title, docs[i].text) for i in ids], k, s["p_max_len"]), k)
+
+        def encode(items):
+            return enc_q(items) if isinstance(items[0], str) else enc_d([i[0] for i in items])
+
+        qs = [q for q, _ in batch]
+        ds = [(d,) for _, d in batch]
+
+        def loss_fn(q, d):
+            loss, parts = qcr_loss(q, d, codebook, temperature=s["temperature"], entropy_weight=s["entropy_weight"])
+            with torch.no_grad():
+                ids = code_ids(model.fsq, torch.cat([q.reshape(-1, q.shape[-1]), d.reshape(-1, d.shape[-1])]))
+                np.add.at(usage, ids.cpu().numpy(), 1)
+                parts["batch_codes_used"] = float(len(torch.unique(ids)))
+            parts["batch"], parts["K"] = float(len(batch)), float(k)
+            return loss, parts
+
+        return grad_cache_step(encode, [qs, ds], loss_fn, int(s["chunk_size"]))
+
+    res = loop.train_loop(list(range(sched.total)), step_fn, model.parameters(), settings=ts, seed=seed, out=out,
+                          save=model.save, modules=[model.encoder, model.proj])
+    seen = np.repeat(np.arange(len(usage)), usage)
+    u = usage_stats(seen, len(usage)) if len(seen) else {}
+    return {"steps": res["steps"], "seconds": res["seconds"], "loss_first": res["loss_first"],
+            "loss_last": res["loss_last"], "contrastive_last": res.get("contrastive_last", []),
+            "entropy_last": res.get("entropy_last", []), "codebook_size": len(usage), "K": codes_k(s),
+            "training_usage": {k_: v for k_, v in u.items() if k_ != "counts"}, "settings": train_signature(s),
+            "fsq": FSQ_VERSION, **info}
+
+
+def flag_collapse(info: dict[str, Any], s: Mapping[str, Any], job_id: str) -> None:
+    """A training whose code usage fell below ``usage_threshold`` gets ``info["collapse"]`` and a warning."""
+    u = info.get("training_usage") or {}
+    if u and u.get("perplexity_ratio", 1.0) < s["usage_threshold"]:
+        info["collapse"] = (f"codebook usage during training: perplexity {u['perplexity']:.1f} of |C| = "
+                            f"{info['codebook_size']} ({u['perplexity_ratio']:.3f} < usage_threshold "
+                            f"{s['usage_threshold']})")
+        print(f"WARNING: {job_id}: {info['collapse']}")

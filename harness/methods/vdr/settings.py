@@ -1,0 +1,62 @@
+"""Settings of methods.svdr / methods.vdr: defaults (written once, in schema.yaml), ablations, and
+the key lists that decide which jobs a config change reaches."""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from harness.config import fragment_defaults
+from harness.errors import ConfigError
+
+SCHEMA = "schema.yaml"
+# Keys of a method section that change the trained weights (hashes, ablation reuse).
+TRAIN_KEYS = (
+    "backbone", "train_dataset", "projection", "skip_vocab", "topk", "activate_lexical", "sp_loss", "loss",
+    "temperature", "epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "q_max_len", "p_max_len",
+    "hard_negatives", "retrieval_start", "retrieval_top_m", "max_train_questions", "strip_question_mark",
+    "shared_encoder",
+)
+# Keys that change the binary token index T(D).
+TOKEN_INDEX_KEYS = ("backbone", "p_max_len", "skip_vocab")
+#: keys of the section that never change a trained model
+NOT_MODEL = ("rerank_depths", "ablations", "ablation_overrides", "ablation_datasets", "latency", "intrain",
+             "synthetic", "efficiency_datasets", "scale")
+#: defaults of methods.svdr / methods.vdr and of their ``synthetic`` and ``scale`` blocks
+DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
+SYNTHETIC_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "synthetic")
+SCALE_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "scale")
+
+
+def settings(mcfg: Mapping[str, Any], ablation: str | None = None, method: str = "svdr") -> dict[str, Any]:
+    """The method section with defaults filled in; with ``ablation``: plus ``ablation_overrides``
+    (every ablation model) and ``ablations.<name>`` (this one's change)."""
+    out = {**DEFAULTS, **{k: v for k, v in mcfg.items() if k not in ("ablations", "ablation_overrides")}}
+    if ablation is not None:
+        known = mcfg.get("ablations", {})
+        if ablation not in known:
+            close = difflib.get_close_matches(ablation, list(known), n=1)
+            raise ConfigError(
+                f"unknown ablation {ablation!r} of methods.{method}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; config key methods.{method}.ablations defines: {', '.join(known) or 'none'}")
+        out.update(mcfg.get("ablation_overrides") or {})
+        out.update(known[ablation] or {})
+    if out["loss"] not in ("paper", "code-mean4"):
+        raise ConfigError(f"methods.{method}.loss must be 'paper' or 'code-mean4', got {out['loss']!r}")
+    if out["projection"] not in ("vsearch", "mlm-head"):
+        raise ConfigError(f"methods.{method}.projection must be 'vsearch' or 'mlm-head', got {out['projection']!r}")
+    return out
+
+
+def synthetic_defaults() -> dict[str, Any]:
+    """Table 5 settings used where ``methods.svdr.synthetic`` leaves a key out."""
+    return dict(SYNTHETIC_DEFAULTS)
+
+
+def scale_settings(mcfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``methods.<m>.scale`` with its schema defaults."""
+    return {**SCALE_DEFAULTS, **(mcfg.get("scale") or {})}
+
+
+def train_signature(s: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: s.get(k) for k in TRAIN_KEYS}
