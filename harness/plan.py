@@ -36,6 +36,12 @@ from harness.numerics import STAGES as NUMERIC_STAGES, identity as numeric_ident
 from harness.job import KINDS, STAGES, Job, Ref, Stage, output_ref  # noqa: F401 (the plan's vocabulary, re-exported)
 
 
+#: top-level config keys no artifact's content depends on (where results go, what the profile is
+#: called, where downloads come from: files are checked by checksum; numerics is hashed as its
+#: identity, harness.numerics.identity)
+UNHASHED = ("profile", "description", "results_dir", "numerics", "scheduler", "data")
+
+
 # --------------------------------------------------------------------------------------------
 # paths
 
@@ -223,6 +229,39 @@ class Plan:
     def input_hashes(self, job: Job) -> dict[str, str]:
         return {r: self.ref_hash(ref) for r, ref in sorted(job.inputs.items())}
 
+    # ---- what the hashes cover ----------------------------------------------------------------
+    def hashed_keys(self, job: Job) -> set[str]:
+        """Every config key the job's hash covers: its own keys and, through its inputs' hashes,
+        theirs (a model's settings are covered in the hash of each index built from it)."""
+        keys = set(job.keys)
+        for ref in job.inputs.values():
+            keys |= self._ref_keys(self.run_of(ref))
+        return keys
+
+    def _ref_keys(self, ref: Ref) -> set[str]:
+        if ref.kind == "data":
+            return {f"datasets.{ref.dataset}"}
+        if ref.kind == "negatives":
+            from harness.negatives import negatives_job
+
+            return self.hashed_keys(negatives_job(self.cfg, str(ref.dataset)))
+        if ref.kind == "decontam":
+            from harness.decontam import report as hdecontam
+
+            train, test = hdecontam.plan(self.cfg)
+            return {"decontam", *(f"datasets.{s.key}" for s in train + test)}
+        return self.hashed_keys(self.job(*self.producer(ref)))  # type: ignore[misc]
+
+    def unhashed_reads(self, job: Job, reads: Iterable[str]) -> list[str]:
+        """The config keys a job's step read (``settings_read`` of its meta.json) that no hash of
+        the job covers, runtime settings aside (:data:`harness.methods.base.RUNTIME_KEYS`): each
+        is a setting whose change would leave the artifact stale."""
+        from harness.methods.base import runtime_key
+        from harness.recording import covered
+
+        hashed = self.hashed_keys(job) | set(UNHASHED)
+        return sorted(k for k in reads if not covered(k, hashed) and not runtime_key(k))
+
 
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -242,8 +281,11 @@ def data_file_digest(cfg: Mapping[str, Any], dataset: str) -> str:
 
 
 def get(cfg: Mapping[str, Any]) -> Plan:
-    """The plan of ``cfg`` (cached per config content)."""
-    return _cached(json.dumps(cfg, sort_keys=True, default=str))
+    """The plan of ``cfg`` (cached per config content; a step's recording view is read plainly:
+    building the plan is not a read of its settings)."""
+    from harness.recording import plain
+
+    return _cached(json.dumps(plain(cfg), sort_keys=True, default=str))
 
 
 @lru_cache(maxsize=8)

@@ -19,6 +19,7 @@ from typing import Any
 from harness.config import add_config_argument, load_config
 from harness.io import atomic_path
 from harness.job import Stage
+from harness.recording import recording
 
 def _args(stage: str, argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog=f"python -m harness {stage}", description=__doc__.split("\n")[0])
@@ -49,7 +50,8 @@ def run_stage(stage: str, argv: list[str]) -> int:
 
     announce(cfg, job)
     fn = getattr(importlib.import_module(job.module), job.step)
-    ctx = Context(cfg, job.method, job.dataset)
+    view, reads = recording(cfg)  # which settings the step reads: meta.json settings_read
+    ctx = Context(view, job.method, job.dataset)
     t0 = time.perf_counter()
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
@@ -61,8 +63,14 @@ def run_stage(stage: str, argv: list[str]) -> int:
                    extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
                           "config_values": p.values(job), "input_hashes": p.input_hashes(job),
                           "inputs": {r: str(v) for r, v in inputs.items()}, "numerics": numerics.describe(mode),
+                          "settings_read": sorted(reads), "settings_unhashed": p.unhashed_reads(job, reads),
                           **info})
     where = f" on {job.dataset}" if job.dataset else ""
+    unhashed = p.unhashed_reads(job, reads)
+    if unhashed:  # a harness bug: the artifact goes stale when one of these changes
+        from harness.cli import console
+
+        console(f"warning: {stage} {job.id}{where} read settings its hash does not cover: {', '.join(unhashed)}")
     print(f"{stage} {job.id}{where}: done in {time.perf_counter() - t0:.1f}s"
           + (f" ({', '.join(job.systems)})" if job.systems else ""))
     return 0

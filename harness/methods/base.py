@@ -45,6 +45,19 @@ NOT_TRAINING = ("enabled", "datasets", "variants", "encode_batch_size", "torch_t
                 "log_every")
 
 
+#: settings of a method section (or a step's) that say how a job runs, not what it computes: no
+#: hash covers them (a different machine may need other values for the same artifact)
+RUNTIME_KEYS = ("enabled", "device", "torch_threads", "encode_batch_size", "log_every")
+
+
+def runtime_key(dotted: str) -> bool:
+    """Whether a dotted config key is a runtime setting of a method or step section."""
+    parts = dotted.split(".")
+    if parts[0] == "methods":
+        return len(parts) >= 3 and parts[2] in RUNTIME_KEYS
+    return len(parts) >= 2 and parts[1] in RUNTIME_KEYS
+
+
 def section_keys(cfg: Mapping[str, Any], name: str, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Dotted keys of ``methods.<name>`` minus ``NOT_TRAINING`` and ``exclude`` (what a model's hash covers)."""
     skip = set(NOT_TRAINING) | set(exclude)
