@@ -16,12 +16,13 @@ from typing import Any
 
 from harness.datasets import store
 from harness.job import Job, Ref
+from harness.recording import merged
 
 DEFAULTS = {"depth": 100, "keep": 5, "index": "bm25"}
 
 
 def settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    return {**DEFAULTS, **(cfg.get("negatives") or {})}
+    return merged(DEFAULTS, cfg.get("negatives"))
 
 
 def negatives_job(cfg: Mapping[str, Any], dataset: str) -> Job:

@@ -37,6 +37,7 @@ from harness.models.runtime import quiet_transformers, torch_for
 from harness.evaluate import qa
 from harness.methods.base import Context
 from harness.job import Job, Ref
+from harness.recording import merged
 
 SCHEMA = "reader.schema.yaml"
 
@@ -49,7 +50,7 @@ DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
 def settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if not cfg.get("reader"):
         raise ConfigError("config has no reader section (the extractive reader for EM)")
-    return {**DEFAULTS, **cfg["reader"]}
+    return merged(DEFAULTS, cfg["reader"])
 
 
 def _torch(ctx: Context):

@@ -118,6 +118,34 @@ def plain(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return cfg.unwrapped() if isinstance(cfg, RecordingDict) else cfg
 
 
+def _plain_tree(value: Any) -> Any:
+    """A deep copy of a value with every recording view replaced by a plain dict (nothing recorded)."""
+    if isinstance(value, Mapping):
+        return {k: _plain_tree(v) for k, v in (dict.items(value) if isinstance(value, dict) else value.items())}
+    return copy.deepcopy(value)
+
+
+def merged(*layers: Mapping[str, Any] | None, depth: int = 0) -> dict[str, Any]:
+    """Deep copies of the layers merged left to right (a later layer's key wins; mappings ``depth``
+    levels down are merged key by key, deeper ones replaced), without reading them: the result is a
+    recording view at the path of the first recording layer, so that only what the step then reads
+    is recorded (``{**defaults, **section}`` would read every key). Use it for settings with
+    defaults (``merged(DEFAULTS, section)``) and for variants (``merged(base, overrides, own)``)."""
+    out: dict[str, Any] = {}
+    view: RecordingDict | None = None
+    for layer in layers:
+        if not layer:
+            continue
+        if view is None and isinstance(layer, RecordingDict):
+            view = layer
+        for key, value in (dict.items(layer) if isinstance(layer, dict) else layer.items()):
+            value = _plain_tree(value)
+            if depth > 0 and isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+                value = merged(out[key], value, depth=depth - 1)
+            out[key] = value
+    return RecordingDict(out, view._path, view._reads) if view is not None else out
+
+
 def covered(key: str, hashed: set[str]) -> bool:
     """Whether a read ``key`` is covered by a hashed key: the same key or one above it."""
     parts = key.split(".")

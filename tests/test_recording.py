@@ -57,3 +57,26 @@ def test_the_plan_names_reads_no_hash_covers():
     reads = {"methods.dpr.index", "methods.dpr.lr", "seed", "datasets.smoke.id", "methods.dpr.torch_threads",
              "evaluate.depth", "results_dir"}
     assert p.unhashed_reads(job, reads) == ["evaluate.depth"]
+
+
+def test_merged_layers_record_only_what_is_read_afterwards():
+    from harness.recording import merged
+
+    view, reads = recording(CFG)
+    s = merged({"lr": 1.0, "warmup": 0.1, "nested": {"a": 0, "c": 3}}, view["methods"]["dpr"], depth=1)
+    assert reads == set()
+    assert s["warmup"] == 0.1 and s["lr"] == 2e-5 and s["nested"]["c"] == 3 and s["nested"]["a"] == 1
+    assert reads == {"methods.dpr.warmup", "methods.dpr.lr", "methods.dpr.nested.c", "methods.dpr.nested.a"}
+    over = merged(s, {"lr": 5.0})
+    assert over["lr"] == 5.0 and "methods.dpr.lr" in reads
+    assert merged({"a": 1}, None, {"b": 2}) == {"a": 1, "b": 2}
+    # the path is the first recording layer's (a variant's own settings read as the section's keys)
+    v = merged(view["methods"]["bm25"], view["methods"]["bm25"].get("nothing"), {"k1": 1.2})
+    assert v["k1"] == 1.2 and "methods.bm25.k1" in reads
+    # depth: one level merged key by key, the next replaced
+    d = merged({"a": {"x": {"p": 1, "q": 2}, "y": 1}}, {"a": {"x": {"p": 5}}}, depth=1)
+    assert d == {"a": {"x": {"p": 5}, "y": 1}}
+    base = {"l": [1, 2]}
+    copy_ = merged(base)
+    copy_["l"].append(3)
+    assert base == {"l": [1, 2]}  # deep copies: the defaults are never mutated through a result

@@ -13,7 +13,8 @@ from harness.errors import ConfigError
 def section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
     """The config section of a method (``methods.<name>``) or of a step (top-level ``<name>``,
     e.g. the reader); None if the config has neither."""
-    return cfg["methods"].get(name, cfg.get(name))
+    methods = cfg["methods"]
+    return methods[name] if name in methods else cfg.get(name)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ NOT_TRAINING = ("enabled", "datasets", "variants", "encode_batch_size", "torch_t
 
 #: settings of a method section (or a step's) that say how a job runs, not what it computes: no
 #: hash covers them (a different machine may need other values for the same artifact)
-RUNTIME_KEYS = ("enabled", "device", "torch_threads", "encode_batch_size", "log_every")
+RUNTIME_KEYS = ("enabled", "device", "torch_threads", "threads", "encode_batch_size", "log_every")
 
 
 def runtime_key(dotted: str) -> bool:

@@ -15,6 +15,7 @@ from harness.errors import ConfigError
 from harness.methods import dpr
 from harness.methods.base import Context
 from harness.methods.bpr.settings import DEFAULTS
+from harness.recording import merged
 
 CODES_FILE = "codes.npy"
 DOCIDS_FILE = DOCIDS  # the shared doc-id file (harness.artifacts)
@@ -34,7 +35,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
     vectors; the index file holds the same codes) and ``docids.txt``."""
     from harness.indexes.faiss_binary import BinaryFaissIndex, binarize
 
-    spec = {**DEFAULTS, **ctx.mcfg}["index"]
+    spec = merged(DEFAULTS, ctx.mcfg)["index"]
     factory = _binary_spec(spec)
     model = dpr.BiEncoder.load(ctx, model_dir)
     docs = list(store.iter_corpus(ctx.data_dir()))

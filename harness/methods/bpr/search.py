@@ -3,7 +3,7 @@ Hamming candidates, then the rerank with the continuous question embedding), the
 dense searcher, and the run files the search steps write."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from harness.methods import dpr
 from harness.methods.base import Context
 from harness.methods.bpr.index import CODES_FILE, _binary_spec
 from harness.methods.bpr.settings import DEFAULTS, _variant_search
+from harness.recording import merged
 
 
 class Searcher:
@@ -34,7 +35,7 @@ class Searcher:
         self.model = dpr.BiEncoder.load(ctx, model_dir) if model_dir is not None else None
         self.codes = np.load(Path(index_dir) / CODES_FILE)
         self.docids = read_docids(index_dir, expect=len(self.codes))
-        s = {**DEFAULTS, **ctx.mcfg}
+        s = merged(DEFAULTS, ctx.mcfg)
         self.index = None
         self.index_file: Path | None = None
         if self.kind == "hash":
@@ -90,3 +91,55 @@ def write_run(out: Path, system: str, s: Searcher, queries: Sequence[Query], sco
                         meta={"seconds": round(seconds, 3), **meta,
                               "note": "wall time of the search (question encoding included); the protocol's "
                                       "query time is in metrics/"})
+
+
+class Encoder(dpr.Encoder):
+    """BPR's trained encoders behind harness.api's Encoder: ``encode_queries`` gives the continuous
+    question embeddings e_q (the rerank's), ``encode_docs`` the packed binary passage codes
+    (sign of the passage embeddings, the index's content)."""
+
+    def encode_docs(self, docs: Sequence[Any]) -> np.ndarray:
+        from harness.indexes.faiss_binary import binarize
+
+        return binarize(super().encode_docs(docs))
+
+
+class Retriever:
+    """BPR's main run, ``bpr.bflat`` (Table 1: linear scan of the binary codes for the top
+    ``n_candidates`` by Hamming distance, then the rerank with e_q), from the ``bpr`` index; from the
+    ``bpr.hash`` index, ``bpr.bhash`` (the hash lookup instead of the scan); from a DPR baseline index
+    (``dpr.hnsw``, ``dpr.lsh``, ``dpr.pq``), that baseline's run with DPR's question encoder.
+    Built by :func:`harness.api.load_retriever` (one model load, one :class:`Searcher`)."""
+
+    def __init__(self, cfg: Mapping[str, Any], index_dir: Path, model_dir: Path | None, *, method: str = "bpr",
+                 job: str | None = None, dataset: str | None = None, inputs: Mapping[str, Path] | None = None) -> None:
+        from harness.methods.bpr.settings import variant_context
+
+        if model_dir is None:
+            raise ConfigError(f"the BPR index {index_dir} names no model: pass model_dir (--model)")
+        job, inputs = job or "bpr", dict(inputs or {})
+        if job.startswith("dpr."):  # a DPR baseline index over DPR's vectors
+            ctx = Context(cfg, "dpr", dataset)
+            self.system, self.docids = job, read_docids(index_dir)
+            self.index = _DenseSystem(index_dir, ctx.cfg["methods"]["bpr"]["dpr_baselines"][job.partition(".")[2]])
+            self.encode = dpr.BiEncoder.load(ctx, Path(model_dir)).encode_questions
+            return
+        ctx = variant_context(cfg, None, dataset)
+        if job == "bpr.hash":
+            if "source" not in inputs:
+                raise ConfigError(f"{index_dir}/meta.json names no source index (inputs.source)")
+            self.system = f"{method}.bhash"
+            s = Searcher(ctx, inputs["source"], Path(model_dir), variant="bhash", hash_dir=Path(index_dir))
+        elif job == "bpr":
+            self.system = f"{method}.bflat"
+            s = Searcher(ctx, Path(index_dir), Path(model_dir), variant="bflat")
+        else:
+            raise ConfigError(f"index {job} ({index_dir}) is not searched by harness.api: BPR's are bpr, bpr.hash "
+                              f"and the DPR baselines dpr.hnsw|lsh|pq")
+        self.index, self.docids, self.encode = s, s.docids, s.encode
+
+    def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> dict[str, list[tuple[str, float]]]:
+        qids, texts = (list(queries), list(queries.values())) if isinstance(queries, Mapping) else \
+            ([q.id for q in queries], [q.text for q in queries])
+        scores, rows = self.index.search(self.encode(texts), k)
+        return hits_from_rows(self.docids, qids, scores, rows)

@@ -11,6 +11,7 @@ from typing import Any
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
 from harness.methods.base import Context
+from harness.recording import merged
 
 #: the schema fragment beside this package (harness.methods.bpr.SCHEMA)
 SCHEMA = "schema.yaml"
@@ -39,19 +40,19 @@ _L_VARIANT = re.compile(r"^l(\d+)$")
 def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, Any]:
     """methods.bpr with defaults; for a train variant, ``train_variant_overrides`` and the
     variant's own settings on top (the variant's scale and its change)."""
-    base = {**DEFAULTS, **cfg["methods"]["bpr"]}
+    base = merged(DEFAULTS, cfg["methods"]["bpr"])
     if variant is None:
         return base
     variants = base["train_variants"] or {}
     if variant not in variants:
         raise ConfigError(f"unknown BPR train variant {variant!r}; methods.bpr.train_variants defines: "
                           f"{', '.join(variants) or '(none)'}")
-    return {**base, **(base["train_variant_overrides"] or {}), **(variants[variant] or {})}
+    return merged(base, base["train_variant_overrides"], variants[variant])
 
 
 def variant_context(cfg: Mapping[str, Any], variant: str | None, dataset: str | None = None) -> Context:
     """A Context whose ``mcfg`` is the (variant's) effective methods.bpr section."""
-    cfg2 = {**cfg, "methods": {**cfg["methods"], "bpr": settings(cfg, variant)}}
+    cfg2 = merged(cfg, {"methods": merged(cfg["methods"], {"bpr": settings(cfg, variant)})})
     return Context(cfg2, "bpr", dataset)
 
 

@@ -12,6 +12,7 @@ from harness.methods.base import Context
 from harness.methods.bpr.model import bpr_loss
 from harness.methods.bpr.settings import DEFAULTS, _check, train_signature
 from harness.models.runtime import torch_for
+from harness.recording import merged
 
 
 def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
@@ -20,7 +21,7 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
     from harness import train as loop
 
     torch_for(ctx.mcfg)
-    m = {**DEFAULTS, **ctx.mcfg}
+    m = merged(DEFAULTS, ctx.mcfg)
     _check(m)
     seed = ctx.cfg["seed"]
     loop.set_seed(seed)

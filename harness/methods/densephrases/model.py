@@ -13,6 +13,7 @@ import numpy as np
 from harness.datasets import Doc
 from harness.methods.densephrases.settings import ENCODERS, HEADS_FILE, INFO_FILE
 from harness.models.runtime import quiet_transformers, torch_for
+from harness.recording import merged
 
 
 class Window(NamedTuple):
@@ -105,7 +106,7 @@ class PhraseModel:
             qs, qe = (AutoModel.from_pretrained(folder / e) for e in ENCODERS[1:])
         filt = torch.nn.Linear(int(phrase.config.hidden_size), 2)
         filt.load_state_dict(torch.load(folder / HEADS_FILE, map_location="cpu"))
-        s = {**s, "shared_encoder": info["shared_encoder"], "split_vectors": info["split_vectors"]}
+        s = merged(s, {"shared_encoder": info["shared_encoder"], "split_vectors": info["split_vectors"]})
         return cls(s, phrase, qs, qe, AutoTokenizer.from_pretrained(folder / ENCODERS[0]), filt)
 
     def save(self, folder: Path) -> None:

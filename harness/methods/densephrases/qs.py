@@ -16,6 +16,7 @@ from harness.methods.densephrases.search import load_phrase_index, phrase_answer
 from harness.methods.densephrases.settings import em_of, prepare
 from harness.methods.densephrases.train import dev_questions, train_questions
 from harness.models.runtime import torch_for
+from harness.recording import merged
 
 
 def _gold_mask(phrases: Sequence[dict[str, Any]], answers: Sequence[str], rule: str) -> list[bool]:
@@ -35,7 +36,7 @@ def _research(model: PhraseModel, s: Mapping[str, Any], idx, questions: Sequence
     searched with the current question encoders: (start rows, end rows, gold mask)."""
     model.train(False)
     qs, qe = model.index_queries([prepare(s, x.text) for x in questions], int(s["encode_batch_size"]))
-    ans = phrase_answers(idx, qs, qe, {**s, "search": {**s["search"], "phrases": top_k}}, texts)
+    ans = phrase_answers(idx, qs, qe, merged(s, {"search": merged(s["search"], {"phrases": top_k})}), texts)
     cands = {}
     for x, a in zip(questions, ans):
         gold = _gold_mask(a, x.answers, rule)

@@ -2,12 +2,12 @@
 the question as the model reads it."""
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
+from harness.recording import merged
 
 SCHEMA = "schema.yaml"
 DEFAULTS = fragment_defaults(__file__, SCHEMA)
@@ -30,18 +30,16 @@ NOT_MODEL = ("enabled", "datasets", "variants", "variant_overrides", "variant_da
 def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, Any]:
     """methods.densephrases with defaults; a variant: ``variant_overrides`` then its own settings."""
     sec = cfg["methods"][NAME]
-    s = {**copy.deepcopy(DEFAULTS), **copy.deepcopy(dict(sec))}
+    s = merged(DEFAULTS, sec)
     for key in NESTED:
-        s[key] = {**copy.deepcopy(NESTED_DEFAULTS[key]), **copy.deepcopy(sec.get(key) or {})}
+        s[key] = merged(NESTED_DEFAULTS[key], sec.get(key))
     if variant is None:
         return s
     if variant not in (s["variants"] or {}):
         raise ConfigError(f"unknown DensePhrases variant {variant!r}; methods.{NAME}.variants defines: "
                           f"{', '.join(s['variants'] or {}) or '(none)'}")
-    s.update(copy.deepcopy(s["variant_overrides"] or {}))
-    for key, value in copy.deepcopy(s["variants"][variant]).items():
-        s[key] = {**s[key], **value} if isinstance(s.get(key), dict) and isinstance(value, dict) else value
-    return s
+    s = merged(s, s["variant_overrides"])
+    return merged(s, s["variants"][variant], depth=1)
 
 
 def variants(s: Mapping[str, Any]) -> list[str]:

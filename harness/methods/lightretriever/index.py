@@ -16,6 +16,7 @@ from harness.methods.lightretriever.model import LightModel, doc_text
 from harness.methods.lightretriever.settings import settings
 from harness.models.runtime import torch_for
 from harness.progress import batches
+from harness.recording import merged
 
 DENSE_DIR, SPARSE_DIR, SPARSE_NPZ = "dense", "sparse", "sparse.npz"
 
@@ -83,7 +84,7 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
     ms = model.s
     docs = list(store.iter_corpus(inputs["data"]))
     t0 = time.perf_counter()
-    dense, sp, truncated = encode_corpus(model, {**s, **{k: ms[k] for k in ("dense_doc", "sparse_doc")}},
+    dense, sp, truncated = encode_corpus(model, merged(s, {k: ms[k] for k in ("dense_doc", "sparse_doc")}),
                                          [doc_text(d) for d in docs], sparse=sparse)
     t_enc = time.perf_counter() - t0
     ids = [d.id for d in docs]

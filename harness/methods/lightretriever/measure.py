@@ -12,6 +12,7 @@ from harness.errors import ConfigError
 from harness.methods.lightretriever.model import LightModel
 from harness.methods.lightretriever.settings import NAME, instruction_for, settings
 from harness.models.runtime import torch_for
+from harness.recording import merged
 
 #: Table 1's values of one row: (value name, row key, unit, what, device)
 SPEED_VALUES = (
@@ -126,7 +127,7 @@ def speed(cfg: Mapping[str, Any], job: Any, inputs: Mapping[str, Path], out: Pat
     texts = [q.text for q in store.read_queries(inputs["data"], "test")]
     n = int(sp["queries"])
     model = LightModel.load(inputs["model"])
-    instr = instruction_for({**s, "instruction": model.s["instruction"]}, str(job.dataset))
+    instr = instruction_for(merged(s, {"instruction": model.s["instruction"]}), str(job.dataset))
     table = model.cache_table(instr)
     d = str(job.dataset)
     note = (f"{len(texts):,} test queries of {d} cycled to {n:,}" if len(texts) < n else f"first {n:,} test queries of {d}")

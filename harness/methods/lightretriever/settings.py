@@ -2,13 +2,13 @@
 make, and the system ids of a model (main or variant)."""
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
 from harness.methods.base import NOT_TRAINING
+from harness.recording import merged
 
 DEFAULTS = fragment_defaults(__file__, "schema.yaml")
 NAME = "lightretriever"
@@ -21,16 +21,14 @@ SYSTEM_KINDS = ("base", "dense", "sparse", "hybrid")
 def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, Any]:
     """methods.lightretriever with defaults; a variant: ``variant_overrides`` then its own settings."""
     sec = cfg["methods"][NAME]
-    s = {**copy.deepcopy(DEFAULTS), **copy.deepcopy(dict(sec))}
-    s["speed"] = {**DEFAULTS["speed"], **(sec.get("speed") or {})}
+    s = merged(DEFAULTS, sec)
+    s["speed"] = merged(DEFAULTS["speed"], sec.get("speed"))
     if variant is None:
         return s
     if variant not in (s["variants"] or {}):
         raise ConfigError(f"unknown LightRetriever variant {variant!r}; methods.{NAME}.variants defines: "
                           f"{', '.join(s['variants'] or {}) or '(none)'}")
-    s.update(copy.deepcopy(s["variant_overrides"] or {}))
-    s.update(copy.deepcopy(s["variants"][variant]))
-    return s
+    return merged(s, s["variant_overrides"], s["variants"][variant])
 
 
 def instruction_for(s: Mapping[str, Any], dataset: str) -> str | None:

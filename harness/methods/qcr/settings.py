@@ -2,7 +2,6 @@
 file names of its artifacts, and the keys that make a model's identity."""
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +10,7 @@ import numpy as np
 
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
+from harness.recording import merged
 
 SCHEMA = "schema.yaml"             # beside this file (harness.methods.qcr.SCHEMA names the same file)
 DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
@@ -35,12 +35,12 @@ def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, An
     ``variant_overrides`` and the variant's settings on top; for a grid model ``g<B>x<K>`` one stage
     of ``grid.steps`` steps at batch B and K codes."""
     sec = cfg["methods"]["qcr"]
-    s = {**copy.deepcopy(DEFAULTS), **sec}
+    s = merged(DEFAULTS, sec)
     for k in _NESTED:
-        s[k] = {**DEFAULTS.get(k, {}), **(sec.get(k) or {})}
+        s[k] = merged(DEFAULTS.get(k, {}), sec.get(k))
     if variant is None:
         return s
-    s.update(copy.deepcopy(s["variant_overrides"] or {}))
+    s = merged(s, s["variant_overrides"])
     if variant.startswith("grid-") and variant not in (s["variants"] or {}):
         b, k = grid_point(s, variant)
         steps = s["grid"].get("steps") or sum(st["steps"] for st in s["schedule"])
@@ -49,8 +49,7 @@ def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, An
     if variant not in (s["variants"] or {}):
         raise ConfigError(f"unknown QCR variant {variant!r}; methods.qcr.variants defines: "
                           f"{', '.join(s['variants'] or {}) or '(none)'}")
-    s.update(copy.deepcopy(s["variants"][variant]))
-    return s
+    return merged(s, s["variants"][variant])
 
 
 def train_signature(s: Mapping[str, Any]) -> dict[str, Any]:

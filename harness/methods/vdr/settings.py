@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
+from harness.recording import merged
 
 SCHEMA = "schema.yaml"
 # Keys of a method section that change the trained weights (hashes, ablation reuse).
@@ -31,7 +32,12 @@ SCALE_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "scale")
 def settings(mcfg: Mapping[str, Any], ablation: str | None = None, method: str = "svdr") -> dict[str, Any]:
     """The method section with defaults filled in; with ``ablation``: plus ``ablation_overrides``
     (every ablation model) and ``ablations.<name>`` (this one's change)."""
-    out = {**DEFAULTS, **{k: v for k, v in mcfg.items() if k not in ("ablations", "ablation_overrides")}}
+    out = merged(DEFAULTS, mcfg)
+    for key in ("ablations", "ablation_overrides"):  # the ablation machinery: DEFAULTS' value, never the section's
+        if key in DEFAULTS:
+            dict.__setitem__(out, key, merged({"v": DEFAULTS[key]})["v"])
+        else:
+            dict.pop(out, key, None)
     if ablation is not None:
         known = mcfg.get("ablations", {})
         if ablation not in known:
@@ -39,8 +45,7 @@ def settings(mcfg: Mapping[str, Any], ablation: str | None = None, method: str =
             raise ConfigError(
                 f"unknown ablation {ablation!r} of methods.{method}" + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f"; config key methods.{method}.ablations defines: {', '.join(known) or 'none'}")
-        out.update(mcfg.get("ablation_overrides") or {})
-        out.update(known[ablation] or {})
+        out = merged(out, mcfg.get("ablation_overrides"), known[ablation])
     if out["loss"] not in ("paper", "code-mean4"):
         raise ConfigError(f"methods.{method}.loss must be 'paper' or 'code-mean4', got {out['loss']!r}")
     if out["projection"] not in ("vsearch", "mlm-head"):
