@@ -59,6 +59,19 @@ def runtime_key(dotted: str) -> bool:
     return len(parts) >= 2 and parts[1] in RUNTIME_KEYS
 
 
+def model_fields(module_file: str | Path, schema_file: str, exclude: tuple[str, ...]) -> tuple[str, ...]:
+    """The fields of a method's section that change its trained model: every property of its schema
+    fragment but :data:`NOT_TRAINING` and ``exclude`` (the method's NOT_MODEL). The same rule as
+    :func:`training_keys`, so that a variant is found equal to another model (and reuses it) exactly
+    when the two train jobs' hashes would agree; a hand-written list drifted (grad_accum, grad_clip
+    and precision were hashed but missing from it, so a variant at another precision reused the main model)."""
+    from harness.io import read_yaml
+
+    props = read_yaml(Path(module_file).parent / schema_file).get("properties", {})
+    skip = set(NOT_TRAINING) | set(exclude)
+    return tuple(sorted(k for k in props if k not in skip))
+
+
 def section_keys(cfg: Mapping[str, Any], name: str, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Dotted keys of ``methods.<name>`` minus ``NOT_TRAINING`` and ``exclude`` (what a model's hash covers)."""
     skip = set(NOT_TRAINING) | set(exclude)

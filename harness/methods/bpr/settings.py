@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
-from harness.methods.base import Context
+from harness.methods.base import Context, model_fields
 from harness.recording import merged
 
 #: the schema fragment beside this package (harness.methods.bpr.SCHEMA)
@@ -19,14 +19,12 @@ SCHEMA = "schema.yaml"
 DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
 #: defaults of methods.bpr.scale (Table 1 at the paper's scale from a synthetic payload)
 SCALE_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "scale")
-#: settings that change a trained BPR model (hash of the train rules; variant equality)
-TRAIN_KEYS = ("backbone", "train_dataset", "pooling", "shared_encoder", "epochs", "batch_size", "lr",
-              "weight_decay", "warmup_ratio", "q_max_len", "p_max_len", "hard_negatives", "strip_question_mark",
-              "gamma", "cand_loss", "margin", "cand_reduction", "max_train_questions")
 #: keys of methods.bpr that never change a trained model
 NOT_MODEL = ("n_candidates", "candidate_grid", "hash_index", "hash_nflip", "dpr_baselines", "baseline_train_size",
              "train_variants", "train_variant_overrides", "timing_queries", "efficiency_datasets", "variant_datasets",
              "scale")
+#: settings that change a trained model (its identity; variants equal to another model share it)
+TRAIN_KEYS = model_fields(__file__, SCHEMA, NOT_MODEL)
 #: search variants of the trained main model: name -> (index kind, rerank)
 SEARCH_VARIANTS = {
     "bflat": ("flat", True),

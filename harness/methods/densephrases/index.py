@@ -152,7 +152,7 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
     dump_seconds = time.perf_counter() - t0
     pd = PhraseDump.open(out / DUMP_DIR)
     opts = {"max_phrase_len": int(s["max_phrase_len"]), "train_fraction": float(s["train_fraction"]),
-            "seed": int(ctx.cfg["seed"]), "nprobe": s["nprobe"]}
+            "seed": int(ctx.cfg["seed"])}  # nprobe is a search setting: the search job sets it (PhraseIndex.load)
     built: dict[str, Any] = {}
     main_spec = None
     for name, spec in index_specs(s, gold_only).items():

@@ -71,7 +71,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
         jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"variant": v}, inputs=inputs,
                         keys=_train_keys(cfg, vs, v), mem_mb=6000))
         jobs.append(Job("index", mid, name, "build", gpu=gpu, params={"variant": v, "gold_only": v is not None},
-                        keys=(f"{m}.index", f"{m}.index_variants", f"{m}.dsmall", f"{m}.nprobe", f"{m}.dump_max_len",
+                        keys=(f"{m}.index", f"{m}.index_variants", f"{m}.dsmall", f"{m}.dump_max_len",
                               f"{m}.dump_stride", f"{m}.dump_codec", f"{m}.filter", f"{m}.train_fraction"),
                         inputs={"data": Ref("data"), "model": Ref("model", mid), "train_data": Ref("data", dataset=td)},
                         mem_mb=8000))

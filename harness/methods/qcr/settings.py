@@ -11,6 +11,7 @@ import numpy as np
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
 from harness.recording import merged
+from harness.methods.base import model_fields
 
 SCHEMA = "schema.yaml"             # beside this file (harness.methods.qcr.SCHEMA names the same file)
 DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
@@ -23,10 +24,8 @@ FSQ_VERSION = "vector-quantize-pytorch==1.32.0"
 NOT_MODEL = ("positional", "k1", "b", "rescore_depth", "rrf_weight", "rrf_k", "rrf_codes", "words_system",
              "usage_threshold", "variants", "variant_overrides", "full_variants", "grid", "kmeans", "analysis",
              "timing_queries", "chunk_size", "generator")
-#: settings a model's training reads (the model's identity; variants equal to the main model share it)
-TRAIN_KEYS = ("backbone", "train_dataset", "levels", "schedule", "training_data", "crop", "entropy_weight",
-              "temperature", "lr", "weight_decay", "warmup_ratio", "grad_clip", "precision", "q_max_len",
-              "p_max_len", "max_train_questions")
+#: settings that change a trained model (its identity; variants equal to another model share it)
+TRAIN_KEYS = model_fields(__file__, SCHEMA, NOT_MODEL)
 _NESTED = ("crop", "generator", "grid", "kmeans", "analysis")
 
 

@@ -9,20 +9,16 @@ from typing import Any
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
 from harness.recording import merged
+from harness.methods.base import model_fields
 
 SCHEMA = "schema.yaml"
-# Keys of a method section that change the trained weights (hashes, ablation reuse).
-TRAIN_KEYS = (
-    "backbone", "train_dataset", "projection", "skip_vocab", "topk", "activate_lexical", "sp_loss", "loss",
-    "temperature", "epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "q_max_len", "p_max_len",
-    "hard_negatives", "retrieval_start", "retrieval_top_m", "max_train_questions", "strip_question_mark",
-    "shared_encoder",
-)
 # Keys that change the binary token index T(D).
 TOKEN_INDEX_KEYS = ("backbone", "p_max_len", "skip_vocab")
 #: keys of the section that never change a trained model
 NOT_MODEL = ("rerank_depths", "ablations", "ablation_overrides", "ablation_datasets", "latency", "intrain",
              "synthetic", "efficiency_datasets", "scale")
+#: settings that change a trained model (its identity; variants equal to another model share it)
+TRAIN_KEYS = model_fields(__file__, SCHEMA, NOT_MODEL)
 #: defaults of methods.svdr / methods.vdr and of their ``synthetic`` and ``scale`` blocks
 DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
 SYNTHETIC_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "synthetic")
