@@ -32,6 +32,7 @@ from typing import Any
 from harness.config import lookup_key, results_root
 from harness.errors import ConfigError, DataError
 from harness.numerics import STAGES as NUMERIC_STAGES, identity as numeric_identity
+from harness.recording import plain
 
 from harness.job import KINDS, STAGES, Job, Ref, Stage, output_ref  # noqa: F401 (the plan's vocabulary, re-exported)
 
@@ -260,7 +261,19 @@ class Plan:
         from harness.recording import covered
 
         hashed = self.hashed_keys(job) | set(UNHASHED)
-        return sorted(k for k in reads if not covered(k, hashed) and not runtime_key(k))
+        return sorted(k for k in reads if not covered(k, hashed) and not runtime_key(k) and _present(self.cfg, k))
+
+
+def _present(cfg: Mapping[str, Any], dotted: str) -> bool:
+    """Whether the config sets a dotted key. A read of a key the config leaves out (its default is
+    used) is no stale input: setting it later adds it to the hashes of the jobs that hash their
+    section's keys (training_keys); reads of absent keys are checked by the smoke DAG's test."""
+    node: Any = plain(cfg)
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _digest(obj: Any) -> str:
@@ -283,8 +296,6 @@ def data_file_digest(cfg: Mapping[str, Any], dataset: str) -> str:
 def get(cfg: Mapping[str, Any]) -> Plan:
     """The plan of ``cfg`` (cached per config content; a step's recording view is read plainly:
     building the plan is not a read of its settings)."""
-    from harness.recording import plain
-
     return _cached(json.dumps(plain(cfg), sort_keys=True, default=str))
 
 

@@ -9,7 +9,7 @@
   the key that differs;
 - a bad config fails before any job, naming the key and the closest match;
 - a failing rule's one-line harness error reaches the console;
-- the toy method (tests/plugins/toy_method.py) runs end to end without touching workflow/.
+- the toy method (the package tests/plugins/toy_method/) runs end to end without touching workflow/.
 """
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def toy_registered():
         sys.path.remove(str(PLUGINS))
         if added:
             METHODS._items.pop("toy", None)
-            sys.modules.pop("toy_method", None)
+            for mod in [m for m in sys.modules if m == "toy_method" or m.startswith("toy_method.")]:
+                sys.modules.pop(mod)
         load_schema.cache_clear()
 
 

@@ -57,6 +57,16 @@ def test_the_plan_names_reads_no_hash_covers():
     reads = {"methods.dpr.index", "methods.dpr.lr", "seed", "datasets.smoke.id", "methods.dpr.torch_threads",
              "evaluate.depth", "results_dir"}
     assert p.unhashed_reads(job, reads) == ["evaluate.depth"]
+    # a key the config leaves out (its schema default is used) is not a stale input
+    assert p.unhashed_reads(job, {"methods.dpr.no_such_setting"}) == []
+
+
+def test_finding_a_section_is_not_a_read_of_it():
+    from harness.methods.base import Context
+
+    view, reads = recording(CFG)
+    assert Context(view, "dpr").mcfg["lr"] == 2e-5
+    assert reads == {"methods.dpr.lr"}
 
 
 def test_merged_layers_record_only_what_is_read_afterwards():

@@ -14,7 +14,8 @@ def section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
     """The config section of a method (``methods.<name>``) or of a step (top-level ``<name>``,
     e.g. the reader); None if the config has neither."""
     methods = cfg["methods"]
-    return methods[name] if name in methods else cfg.get(name)
+    present = dict.__contains__(methods, name) if isinstance(methods, dict) else name in methods  # not a read
+    return methods[name] if present else cfg.get(name)
 
 
 @dataclass(frozen=True)
