@@ -29,9 +29,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("harness.stages:plan_main", "list every job (train, index, search, measure) of the config"),
     "train": ("harness.stages:train", "run a train job of the plan (a model)"),
     "index": ("harness.stages:index", "run an index job of the plan (an index of one dataset)"),
-    "search": ("harness.stages:search", "run a search job of the plan (every run of one model on one dataset)"),
+    "search": ("harness.api:search_main", "search an index with a topics file (--index), or run a search job of "
+                                           "the plan (--job)"),
     "measure": ("harness.stages:measure", "run a measure job of the plan (efficiency figures)"),
-    "evaluate": ("harness.stages:evaluate", "evaluate every run of a search job (QA top-k accuracy, ir_measures)"),
+    "evaluate": ("harness.api:evaluate_main", "ir_measures of a run (QRELS RUN MEASURE...), or every run of a "
+                                               "search job (--job)"),
     "table": ("harness.tables.render", "render one paper table (measured beside published)"),
     "report": ("harness.report.site", "build the static site of every table, figure and claim (--open: print its path)"),
     "published": ("harness.tables.published", "print the published numbers of a paper"),

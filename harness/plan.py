@@ -264,6 +264,24 @@ class Plan:
         return sorted(k for k in reads if not covered(k, hashed) and not runtime_key(k) and _present(self.cfg, k))
 
 
+def unhashed_in_results(cfg: Mapping[str, Any]) -> dict[str, list[str]]:
+    """artifact folder -> the settings its step read that no hash covers, for every artifact of the
+    config's results tree whose meta.json records ``settings_read`` (judged by this code's plan, so
+    a fixed declaration clears an old artifact's finding)."""
+    p = get(cfg)
+    found: dict[str, list[str]] = {}
+    for stage in STAGES:
+        for job in p.concrete(stage):
+            meta = output(cfg, job) / "meta.json"
+            if not meta.exists():
+                continue
+            reads = json.loads(meta.read_text(encoding="utf-8")).get("settings_read")
+            bad = p.unhashed_reads(job, reads or [])
+            if bad:
+                found[str(meta.parent)] = bad
+    return found
+
+
 def _present(cfg: Mapping[str, Any], dotted: str) -> bool:
     """Whether the config sets a dotted key. A read of a key the config leaves out (its default is
     used) is no stale input: setting it later adds it to the hashes of the jobs that hash their

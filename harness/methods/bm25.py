@@ -72,3 +72,20 @@ class Searcher:
 def search(ctx: Context, index_dir: Path, queries: Sequence[Query], k: int) -> dict[str, list[tuple[str, float]]]:
     s = Searcher(ctx, index_dir)
     return s.bm25.search([q.text for q in queries], [q.id for q in queries], k, threads=s.threads)
+
+
+class Retriever:
+    """BM25 (system ``bm25``) on the index's Lucene folder with ``k1`` and ``b`` of the method's
+    section (search settings: the schema's defaults 0.9 / 0.4 unless harness.api's ``settings`` say
+    otherwise). No model: :func:`harness.api.load_retriever` takes the index folder alone."""
+
+    def __init__(self, cfg: Mapping[str, Any], index_dir: Path, model_dir: Path | None = None, *,
+                 method: str = "bm25", job: str | None = None, dataset: str | None = None,
+                 inputs: Mapping[str, Path] | None = None) -> None:
+        self.system = method
+        self.searcher = Searcher(Context(cfg, method, dataset), Path(index_dir))
+
+    def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> dict[str, list[tuple[str, float]]]:
+        qids, texts = (list(queries), list(queries.values())) if isinstance(queries, Mapping) else \
+            ([q.id for q in queries], [q.text for q in queries])
+        return self.searcher.bm25.search(texts, qids, k, threads=self.searcher.threads)

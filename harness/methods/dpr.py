@@ -16,7 +16,7 @@ import numpy as np
 
 from harness.artifacts import hits_from_rows, read_docids, write_docids
 from harness.datasets import Query, store
-from harness.errors import DataError
+from harness.errors import ConfigError, DataError
 from harness.io import iter_jsonl
 from harness.methods.base import Context, training_keys, wants_gpu
 from harness.models.runtime import quiet_transformers, torch_for
@@ -184,6 +184,62 @@ def search(ctx: Context, index_dir: Path, queries: Sequence[Query], k: int, mode
     s = Searcher(ctx, index_dir, model_dir)
     scores, rows = s.search(s.encode([q.text for q in queries]), k)
     return s.results([q.id for q in queries], scores, rows)
+
+
+def _saved_config(folder: Path) -> dict[str, Any]:
+    """``{"methods": {<m>: section}}`` of a trained model folder: its meta.json's recorded
+    ``methods.<m>.<key>`` values over the method's schema defaults (harness.api builds the same)."""
+    from harness.config import fragment_defaults
+    from harness.meta import read_meta
+    from harness.methods import method_module
+
+    meta = read_meta(folder)
+    name, mod = meta["method"], method_module(meta["method"])
+    prefix = f"methods.{name}."
+    recorded = {k[len(prefix):]: v for k, v in (meta.get("config_values") or {}).items()
+                if k.startswith(prefix) and "." not in k[len(prefix):]}
+    return {"methods": {name: {**fragment_defaults(mod.__file__, mod.SCHEMA), **recorded}}}
+
+
+class Encoder:
+    """The trained question and passage encoders (:class:`BiEncoder`) behind harness.api's Encoder:
+    ``encode_queries`` (prepared as DPR does) and ``encode_docs`` ((title, text) pairs), float32 arrays."""
+
+    def __init__(self, ctx: Context, folder: Path) -> None:
+        self.ctx, self.model = ctx, BiEncoder.load(ctx, Path(folder))
+
+    @classmethod
+    def load(cls, path: str | Path, cfg: Mapping[str, Any] | None = None) -> Encoder:
+        """``cfg``: a config with the section (harness.api.load_encoder passes one); default: rebuilt
+        from the folder's meta.json."""
+        from harness.meta import read_meta
+
+        cfg = cfg if cfg is not None else _saved_config(Path(path))
+        return cls(Context(cfg, read_meta(Path(path))["method"]), Path(path))
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.encode_questions(list(texts))
+
+    def encode_docs(self, docs: Sequence[Any]) -> np.ndarray:
+        return self.model.encode_passages([d.title for d in docs], [d.text for d in docs])
+
+
+class Retriever:
+    """DPR's run (system ``dpr``): the question encoder and the index's exact inner-product search
+    (:class:`Searcher`). Built by :func:`harness.api.load_retriever` from a minimal config."""
+
+    def __init__(self, cfg: Mapping[str, Any], index_dir: Path, model_dir: Path | None, *, method: str = "dpr",
+                 job: str | None = None, dataset: str | None = None, inputs: Mapping[str, Path] | None = None) -> None:
+        if model_dir is None:
+            raise ConfigError(f"the DPR index {index_dir} names no model: pass model_dir (--model)")
+        self.system = method
+        self.searcher = Searcher(Context(cfg, method, dataset), Path(index_dir), Path(model_dir))
+
+    def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> dict[str, list[tuple[str, float]]]:
+        qids, texts = (list(queries), list(queries.values())) if isinstance(queries, Mapping) else \
+            ([q.id for q in queries], [q.text for q in queries])
+        scores, rows = self.searcher.search(self.searcher.encode(texts), k)
+        return self.searcher.results(qids, scores, rows)
 
 
 # --------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from harness.methods.bpr.settings import (DEFAULTS, NOT_MODEL, SCALE_DEFAULTS, S
 from harness.methods.bpr.model import beta, bpr_loss
 from harness.methods.bpr.train import train
 from harness.methods.bpr.index import CODES_FILE, DOCIDS_FILE, build_binary_index, build_dpr_baseline, build_index
-from harness.methods.bpr.search import Searcher
+from harness.methods.bpr.search import Encoder, Retriever, Searcher
 from harness.methods.bpr.measure import efficiency, time_per_question
 from harness.methods.bpr.scale import SYNTHETIC_NOTE, paper_table1, scale_efficiency
 from harness.methods.bpr.jobs import (build, build_baseline, build_hash, declare, measure_efficiency, measure_scale,
@@ -61,6 +61,7 @@ __all__ = [
     "train_variants", "dpr_baselines", "efficiency_systems", "scale_settings", "_variant_search", "_check",
     # model, training, indexes, search, efficiency
     "beta", "bpr_loss", "train", "build_index", "build_binary_index", "build_dpr_baseline", "Searcher",
+    "Encoder", "Retriever",
     "time_per_question", "efficiency", "scale_efficiency", "paper_table1",
     # plan: jobs and the steps they name
     "declare", "search_job", "train_step", "build", "build_hash", "build_baseline", "run_search", "run_variant",

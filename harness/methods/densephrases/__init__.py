@@ -52,7 +52,8 @@ from harness.methods.densephrases.measure import _time_child, measure_c3, measur
 from harness.methods.densephrases.model import (PhraseModel, Scored, Window, best_span, rc_predict, read_passages,
                                                 score_passages, windows)
 from harness.methods.densephrases.qs import open_em, train_qs
-from harness.methods.densephrases.search import load_phrase_index, passage_run, phrase_answers, run_search
+from harness.methods.densephrases.search import (Retriever, load_phrase_index, passage_run, phrase_answers,
+                                                run_search)
 from harness.methods.densephrases.settings import (ANSWERS, DEFAULTS, DUMP_DIR, NAME, check, em_of, model_id,
                                                    prepare, settings, variants)
 from harness.methods.densephrases.train import (Example, _kl, dev_questions, examples_of, neg_loss, teacher_logits,
@@ -60,7 +61,8 @@ from harness.methods.densephrases.train import (Example, _kl, dev_questions, exa
 
 SCHEMA = "schema.yaml"
 
-__all__ = ["ANSWERS", "DEFAULTS", "DUMP_DIR", "NAME", "SCHEMA", "Example", "PhraseModel", "Scored", "Window",
+__all__ = ["ANSWERS", "DEFAULTS", "DUMP_DIR", "NAME", "SCHEMA", "Example", "PhraseModel", "Retriever", "Scored",
+           "Window",
            "_kl", "_time_child", "answer_systems", "best_span", "build", "check", "declare", "dev_questions",
            "dump_corpus", "em_of", "examples_of", "gold_docs", "index_specs", "load_phrase_index", "measure_c3",
            "measure_em", "measure_rc", "measure_speed", "model_id", "neg_loss", "open_em", "passage_run",

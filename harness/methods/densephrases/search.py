@@ -87,3 +87,41 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
         info[system] = {"index": idx.spec, "search_seconds": round(secs, 3)}
         print(f"{system}/{job.dataset}: {len(queries)} questions searched in {idx.spec} ({secs:.1f}s)")
     return {"queries": len(queries), "encode_seconds": round(enc_s, 3), "systems": info}
+
+
+class Retriever:
+    """DensePhrases' run (Eq. 10) from one model and its phrase index (built by
+    :func:`harness.api.load_retriever`): the passages of the top phrases, ranked by their best phrase,
+    the TREC run the search step writes for the main index (system: the model's id, ``densephrases``,
+    ``densephrases.qs`` for the query-side fine-tuned model on the base index, or a variant's);
+    :meth:`answers` gives the phrases themselves. ``index``: ``main`` (the paper's index) or another
+    of the job's (``flat``, ``opq``). The corpus (the index's ``data`` input) gives the phrases' text."""
+
+    def __init__(self, cfg: Mapping[str, Any], index_dir: Path, model_dir: Path | None, *, method: str = NAME,
+                 job: str | None = None, dataset: str | None = None, inputs: Mapping[str, Path] | None = None,
+                 index: str = "main") -> None:
+        from harness.meta import read_meta
+
+        if model_dir is None:
+            raise DataError(f"the phrase index {index_dir} names no model: pass model_dir (--model)")
+        data = (inputs or {}).get("data")
+        if data is None or not Path(data).is_dir():
+            raise DataError(f"{index_dir}/meta.json names no corpus folder that exists here (inputs.data: {data})",
+                            fix="run from the checkout that built the index")
+        self.s = s = settings(cfg)
+        self.system = read_meta(Path(model_dir)).get("job", NAME) + ("" if index == "main" else f".{index}")
+        self.model = PhraseModel.load(s, Path(model_dir))
+        self.model.train(False)
+        self.index = load_phrase_index(Path(index_dir), index, s)
+        self.texts = {d.id: d.text for d in store.iter_corpus(Path(data))}
+
+    def answers(self, queries: Mapping[str, str] | Sequence[Any]) -> dict[str, list[dict[str, Any]]]:
+        """The top phrases of each question (text, passage id, score, dump rows), best first."""
+        qids, texts = (list(queries), list(queries.values())) if isinstance(queries, Mapping) else \
+            ([q.id for q in queries], [q.text for q in queries])
+        qs, qe = self.model.index_queries([prepare(self.s, t) for t in texts], int(self.s["encode_batch_size"]))
+        return dict(zip(qids, phrase_answers(self.index, qs, qe, self.s, self.texts)))
+
+    def search(self, queries: Mapping[str, str] | Sequence[Any], k: int = 1000) -> dict[str, list[tuple[str, float]]]:
+        found = self.answers(queries)
+        return passage_run(list(found), list(found.values()), k)

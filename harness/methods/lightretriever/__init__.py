@@ -47,7 +47,7 @@ from harness.methods.lightretriever.jobs import (
     train_step,
 )
 from harness.methods.lightretriever.model import LightModel, contrastive, flops, kl_align, ramp, token_vectors
-from harness.methods.lightretriever.search import _sparse_queries, _topk_rows
+from harness.methods.lightretriever.search import Retriever, _sparse_queries, _topk_rows
 from harness.methods.lightretriever.settings import settings
 from harness.methods.lightretriever.train import train
 
@@ -55,4 +55,4 @@ SCHEMA = "schema.yaml"
 
 __all__ = ["SCHEMA", "declare", "search_job", "train_step", "build", "run_search", "measure_fig5", "measure_speed",
            "settings", "train", "LightModel", "token_vectors", "contrastive", "flops", "kl_align", "ramp", "impacts",
-           "_sparse_queries", "_topk_rows"]
+           "_sparse_queries", "_topk_rows", "Retriever"]

@@ -17,6 +17,7 @@ from harness.methods.lightretriever.index import DENSE_DIR, SPARSE_DIR, SPARSE_N
 from harness.methods.lightretriever.model import LightModel
 from harness.methods.lightretriever.settings import NAME, instruction_for, model_id, settings, systems_of
 from harness.models.runtime import torch_for
+from harness.recording import merged
 
 
 def _full_queries(model: LightModel, s: Mapping[str, Any], instr: str | None, qrows) -> np.ndarray:
@@ -105,7 +106,7 @@ class Searcher:
         self.qids, self.k = [q.id for q in queries], int(cfg["evaluate"]["depth"])
         self.model = LightModel.load(inputs["model"])
         self.ms = ms = self.model.s
-        self.instr = instruction_for({**s, "instruction": ms["instruction"]}, str(job.dataset))
+        self.instr = instruction_for(merged(s, {"instruction": ms["instruction"]}), str(job.dataset))
         self.kinds = {kk: sid for kk, sid in systems_of(s, v).items() if sid in job.systems} if split == "test" else \
             {"dense": job.systems[0]}
         self.qrows = self.model.ids([q.text for q in queries], int(s["q_max_len"]))
@@ -215,3 +216,57 @@ class Searcher:
         write_run_with_meta(out / f"{system}.trec", _dense_hits(a, b, self.docids, self.qids, self.k),
                             system=system, meta={**self.meta, "dim": dim,
                                                  "note": "light dense, first dim dims re-normalised (MRL)"})
+
+
+class Retriever:
+    """LightRetriever's main run ``lightretriever`` (light dense, §2.2: each query the mean of its
+    tokens' cached vectors under the dataset's instruction, against the full-size document vectors of
+    the index's dense part), the run :meth:`Searcher.dense` writes, from one model and its index (a
+    variant's: ``lightretriever.<v>``). The instruction is the index's dataset's, from the model's
+    recorded ``instructions`` (``settings={"instructions": {dataset: task}}`` supplies a missing one).
+    The table of V token vectors is built on the first search and kept. The sparse and hybrid runs are
+    not offered (the hybrid fuses two runs)."""
+
+    def __init__(self, cfg: Mapping[str, Any], index_dir: Path, model_dir: Path | None, *,
+                 method: str = NAME, job: str | None = None, dataset: str | None = None,
+                 inputs: Mapping[str, Path] | None = None) -> None:
+        from harness.errors import ConfigError
+        from harness.indexes import parse_spec
+        from harness.indexes.faiss_dense import DenseFaissIndex
+
+        if model_dir is None:
+            raise ConfigError(f"the LightRetriever index {index_dir} names no model: pass model_dir (--model)")
+        self.system = job or NAME
+        self.s = s = settings(cfg)
+        torch_for(s)
+        self.model = LightModel.load(Path(model_dir))
+        try:
+            self.instr = instruction_for({**s, "instruction": self.model.s["instruction"]}, str(dataset))
+        except ConfigError:  # an evaluation set's instruction is a search setting: no model or index records it
+            raise ConfigError(f"no task instruction for dataset {dataset!r}: the model records instructions for "
+                              f"{', '.join(s['instructions']) or 'no dataset'}",
+                              fix=f"load_retriever(..., settings={{'instructions': {{'{dataset}': '<task>'}}}}) or "
+                                  f"--set instructions.{dataset}='<task>' (App. A.4 lists the paper's)") from None
+        self.index = DenseFaissIndex.load(Path(index_dir) / DENSE_DIR, parse_spec(s["index"])[1])
+        self.docids = read_docids(Path(index_dir) / DENSE_DIR, expect=self.index.ntotal)
+        self._table = None
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Light dense query vectors (or the full-size encoder's, for a ``dense_query: full`` model)."""
+        import torch
+
+        from harness.methods.lightretriever.ops import query_vector
+
+        qrows = self.model.ids(list(texts), int(self.s["q_max_len"]))
+        if self.model.s["dense_query"] == "full":
+            return _full_queries(self.model, self.s, self.instr, qrows)
+        if self._table is None:
+            self._table = self.model.cache_table(self.instr)
+        with torch.inference_mode():
+            return torch.nn.functional.normalize(query_vector(self._table, qrows).float(), dim=-1).numpy()
+
+    def search(self, queries: Mapping[str, str] | Sequence[Any], k: int = 1000) -> dict[str, list[tuple[str, float]]]:
+        qids, texts = (list(queries), list(queries.values())) if isinstance(queries, Mapping) else \
+            ([q.id for q in queries], [q.text for q in queries])
+        scores, rows = self.index.search(self.encode_queries(texts), k)
+        return hits_from_rows(self.docids, qids, scores, rows)

@@ -61,7 +61,7 @@ from harness.methods.qcr.model import (
     prequant,
     qcr_loss,
 )
-from harness.methods.qcr.search import distance_matrix, rescore, rescore_run
+from harness.methods.qcr.search import Encoder, Retriever, distance_matrix, rescore, rescore_run
 from harness.methods.qcr.settings import codebook_size, grid_models, settings
 from harness.methods.qcr.train import GENERATOR_PROMPT, BatchSchedule, crop_query, generate_queries
 
@@ -70,7 +70,8 @@ SCHEMA = "schema.yaml"
 #: the plan's names (declare, search_job, the steps its jobs name) and those tests/test_qcr.py and
 #: tests/test_numerics.py import
 __all__ = [
-    "GENERATOR_PROMPT", "BatchSchedule", "build", "build_kmeans", "build_nopos", "build_words", "code_ids",
+    "GENERATOR_PROMPT", "BatchSchedule", "Encoder", "Retriever", "build", "build_kmeans", "build_nopos",
+    "build_words", "code_ids",
     "code_strings", "codebook_size", "crop_query", "declare", "distance_matrix", "entropy_loss",
     "generate_queries", "grad_cache_step", "grid_models", "late_interaction", "measure_analysis",
     "measure_efficiency", "measure_fig3", "model_id", "prequant", "qcr_loss", "rescore", "rescore_run",

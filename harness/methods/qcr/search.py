@@ -109,3 +109,66 @@ def search_model(s: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *,
         write_run_with_meta(out / f"{system}.trec", hits, system=system,
                             meta={**meta, "seconds": round(t_enc + time.perf_counter() - t3, 3)})
     return {"queries": len(queries)}
+
+
+class Encoder:
+    """A trained QCR model behind harness.api's Encoder: ``encode_queries`` / ``encode_docs`` give
+    code ids [n, K] (int32, FSQ codebook ids) at the section's lengths (``q_max_len``, ``p_max_len``)."""
+
+    def __init__(self, model: QCRModel, s: Mapping[str, Any]) -> None:
+        self.model, self.s = model, s
+
+    @classmethod
+    def load(cls, path: str | Path, cfg: Mapping[str, Any] | None = None) -> Encoder:
+        from harness.methods.qcr.settings import settings
+
+        model = QCRModel.load(Path(path))
+        return cls(model, settings(cfg) if cfg is not None else {"encode_batch_size": 64, **model.s})
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return encode_queries(self.model, self.s, texts)
+
+    def encode_docs(self, docs: Sequence[Any]) -> np.ndarray:
+        return self.model.encode([(d.title, d.text) for d in docs], int(self.s["p_max_len"]),
+                                 int(self.s["encode_batch_size"]))
+
+
+class Retriever:
+    """QCR's main run ``qcr.rescore`` (§3.4: the code run searched with BM25 to ``rescore_depth``, its
+    top rescored by Eq. 3; ``rescore=False``: the code run ``qcr`` alone) from a model's code index
+    (``qcr``, or a variant's ``qcr.<v>``: systems ``qcr.<v>-rescore`` / ``qcr.<v>``). The words and
+    no-position indexes, the k-means baseline and the RRF fusion (which needs two runs) are not offered."""
+
+    def __init__(self, cfg: Mapping[str, Any], index_dir: Path, model_dir: Path | None, *, method: str = "qcr",
+                 job: str | None = None, dataset: str | None = None, inputs: Mapping[str, Path] | None = None,
+                 rescore: bool = True) -> None:
+        from harness.errors import ConfigError
+
+        job = job or method
+        if job.endswith((".words", ".nopos")) or job.startswith(f"{method}.kmeans"):
+            raise ConfigError(f"index {job} ({index_dir}) is not searched by harness.api: pass a model's code "
+                              f"index ({method} or {method}.<variant>)")
+        if model_dir is None:
+            raise ConfigError(f"the QCR index {index_dir} names no model: pass model_dir (--model)")
+        self.encoder = Encoder.load(model_dir, cfg)
+        self.s, ms = self.encoder.s, self.encoder.model.s
+        self.rescore = rescore
+        self.system = f"{job}{'.' if job == method else '-'}rescore" if rescore else job
+        self.doc_codes, self.docids = load_codes(index_dir)
+        self.row_of = {d: i for i, d in enumerate(self.docids)}
+        self.index = load_lucene(index_dir, self.s)
+        self.k, self.size, self.levels = codes_k(ms), codebook_size(ms["levels"]), ms["levels"]
+        self._dist: np.ndarray | None = None  # Eq. 3's |C| x |C| distances, computed on the first rescoring
+
+    def search(self, queries: Mapping[str, str] | Sequence[Any], k: int = 1000) -> dict[str, list[tuple[str, float]]]:
+        qids, texts = (list(queries), list(queries.values())) if isinstance(queries, Mapping) else \
+            ([q.id for q in queries], [q.text for q in queries])
+        qcodes = self.encoder.encode_queries(texts)
+        qstr = code_strings(qcodes, qids, k=self.k, size=self.size, positional=self.s["positional"])
+        deep = self.index.search(dict(zip(qids, qstr)), first_stage_depth(self.s, k, len(self.docids)))
+        if not self.rescore:
+            return {q: h[:k] for q, h in deep.items()}
+        if self._dist is None:
+            self._dist = distance_matrix(self.levels)
+        return rescore_run(deep, dict(zip(qids, qcodes)), self.doc_codes, self.row_of, self._dist,
+                           int(self.s["rescore_depth"]), k)

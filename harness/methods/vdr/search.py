@@ -75,3 +75,60 @@ def search_ablation(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
     _write_system(out, f"{name}.abl-{ablation}-beta", qids, tdocids, scores, rows, dataset, depth=k,
                   model=str(inputs["model"]))
     return {"queries": len(queries), "ablation": ablation}
+
+
+class Encoder:
+    """E_θ of a trained VDR/SVDR model behind harness.api's Encoder: ``encode_queries`` and
+    ``encode_docs`` give vocabulary-space CSR matrices (scipy, [n, vocabulary]); ``binary_queries`` T(q).
+    The model folder holds its own settings (vdr.json): no config is needed."""
+
+    def __init__(self, model: VDRModel) -> None:
+        self.model = model
+
+    @classmethod
+    def load(cls, path: str | Path, cfg: Mapping[str, Any] | None = None) -> Encoder:
+        threads = None
+        if cfg is not None:  # the section's torch_threads, as the search step loads it
+            from harness.meta import read_meta
+
+            threads = cfg["methods"].get(read_meta(Path(path))["method"], {}).get("torch_threads")
+        return cls(VDRModel.load(Path(path), threads))
+
+    def encode_queries(self, texts: Sequence[str]):
+        return self.model.encode_questions(list(texts))
+
+    def binary_queries(self, texts: Sequence[str]):
+        return self.model.binary_questions([self.model.question(t) for t in texts])
+
+    def encode_docs(self, docs: Sequence[Any]):
+        return self.model.encode_passages(list(docs))
+
+
+class Retriever:
+    """VDR's/SVDR's run from one of its indexes (built by :func:`harness.api.load_retriever`): the
+    embedding index ``<m>.emb`` gives ``<m>.full`` (<E(q), E(D)>, Table 1's main row), the binary token
+    index ``<m>.token`` gives ``<m>.beta`` (<E(q), T(D)>; that index names no model: pass model_dir).
+    The re-ranked ``<m>.beta-m<k>`` runs need a first-stage run and are not offered here."""
+
+    def __init__(self, cfg: Mapping[str, Any], index_dir: Path, model_dir: Path | None, *, method: str = "svdr",
+                 job: str | None = None, dataset: str | None = None, inputs: Mapping[str, Path] | None = None) -> None:
+        from harness.errors import ConfigError
+
+        job = job or f"{method}.emb"
+        if model_dir is None:
+            raise ConfigError(f"the {method} index {index_dir} ({job}) names no model: pass model_dir (--model), "
+                              f"e.g. results/<profile>/models/{method}")
+        self.encoder = Encoder(VDRModel.load(Path(model_dir), cfg["methods"][method].get("torch_threads")))
+        if job.endswith(".token"):
+            self.system = f"{method}.beta"
+            self.index, self.docids = load_token_index(index_dir)
+        else:
+            self.system = f"{method}.full"
+            self.index = SparseEmbeddingIndex.load(index_dir)
+            self.docids = self.index.docids
+
+    def search(self, queries: Mapping[str, Any] | Sequence[Any], k: int = 1000) -> dict[str, list[tuple[str, float]]]:
+        qids, texts = (list(queries), list(queries.values())) if isinstance(queries, Mapping) else \
+            ([q.id for q in queries], [q.text for q in queries])
+        scores, rows = self.index.search(self.encoder.encode_queries(texts), k)
+        return hits_from_rows(self.docids, qids, scores, rows)
