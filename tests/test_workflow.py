@@ -82,3 +82,20 @@ def test_full_smoke_run(smoke_run):
     for folder in ["data/smoke", "indexes/bm25/smoke", "indexes/dpr/smoke", "models/dpr"]:
         meta = yaml.safe_load((tmp_path / "smoke" / folder / "meta.json").read_text())
         assert meta["git_commit"] and meta["versions"]["torch"]
+
+
+@pytest.mark.slow
+def test_smoke_jobs_read_only_settings_their_hashes_cover(smoke_run, repo):
+    """Every job of the smoke DAG ran with a recording view of the config (meta.json settings_read):
+    a setting it read that neither its hash nor its inputs' hashes cover would leave its artifact
+    stale when changed (harness.plan.Plan.unhashed_reads)."""
+    from harness import plan as hplan
+    from harness.config import load_config
+
+    tmp_path, r = smoke_run
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    cfg = load_config([tmp_path / "smoke" / "config.yaml"])
+    metas = list((tmp_path / "smoke").glob("*/**/meta.json"))
+    assert sum(1 for m in metas if "settings_read" in m.read_text(encoding="utf-8")) > 50
+    found = hplan.unhashed_in_results(cfg)
+    assert not found, "settings read but not hashed:\n" + "\n".join(f"  {k}: {', '.join(v)}" for k, v in found.items())
