@@ -146,6 +146,12 @@ def merged(*layers: Mapping[str, Any] | None, depth: int = 0) -> dict[str, Any]:
     return RecordingDict(out, view._path, view._reads) if view is not None else out
 
 
+def snapshot(value: Any) -> Any:
+    """A plain deep copy of a (recording) value, read without recording: for provenance only (a
+    copy of the settings saved beside a model), never for values a step computes with."""
+    return _plain_tree(value)
+
+
 def covered(key: str, hashed: set[str]) -> bool:
     """Whether a read ``key`` is covered by a hashed key: the same key or one above it."""
     parts = key.split(".")

@@ -14,6 +14,7 @@ from harness.methods.densephrases.model import PhraseModel, read_passages
 from harness.methods.densephrases.search import load_phrase_index
 from harness.methods.densephrases.settings import ANSWERS, DUMP_DIR, NAME, em_of, prepare, settings
 from harness.job import Job
+from harness.recording import RecordingDict, recording, snapshot
 
 
 def _metric(system: str, dataset: str, values: Mapping[str, tuple[float, str, str]], device: str = "cpu",
@@ -102,6 +103,7 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
     from harness.timing import PROTOCOLS, run_protocol
 
     protocol = PROTOCOLS.get("densephrases-qps")
+    cfg, reads = recording(cfg)  # the child's reads go back to the step's record (_in_child)
     if kind == "densephrases":
         s = settings(cfg, None)
         model = PhraseModel.load(s, Path(paths["model"]))
@@ -133,15 +135,20 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
             return [reader.predict(q, [docs[searcher.docids[r]] for r in row if r >= 0]) for q, row in zip(texts, rows)]
 
     res = run_protocol(protocol, questions, encode=enc, search=srch, k=k, device="cpu")
-    return {"timing": res.to_dict(), "peak_rss": _peak_rss_bytes(),
+    return {"timing": res.to_dict(), "peak_rss": _peak_rss_bytes(), "settings_read": sorted(reads),
             "qps": res.queries / max(1e-12, sum(res.samples["encode+search"]))}
 
 
-def _in_child(fn, *args):
+def _in_child(fn, cfg, *args):
+    """``fn(cfg, *args)`` in a fresh process; the config goes as a plain copy (not a read of it) and
+    the settings the child read are added to the step's own record."""
     import multiprocessing as mp
 
     with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, args)
+        out = pool.apply(fn, (snapshot(cfg), *args))
+    if isinstance(cfg, RecordingDict):
+        cfg._reads.update(out.pop("settings_read", []))
+    return out
 
 
 def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
@@ -164,7 +171,7 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
                 "gpu_memory_bytes": why_gpu or "GPU memory of this job not implemented"}
     k = int(s["search"]["top_k"])
     paths = {"model": str(inputs["model"]), "index": str(inputs["index"]), "data": str(inputs["data"])}
-    dp = _in_child(_time_child, dict(ctx.cfg), "densephrases", paths, questions, k)
+    dp = _in_child(_time_child, ctx.cfg, "densephrases", paths, questions, k)
     imeta = read_meta(inputs["index"])
     main = imeta.get("indexes", {}).get("main", {})
     dump_bytes = folder_bytes(inputs["index"] / DUMP_DIR)
@@ -185,7 +192,7 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
     write_json(out / f"{NAME}.speed.json", _metric(f"{NAME}.speed", d, values, not_run=gpu_note, timing=dp["timing"]))
     print(f"{NAME}.speed/{d}: {dp['qps']:.2f} Q/s on CPU")
     if "dpr_model" in inputs:
-        dr = _in_child(_time_child, dict(ctx.cfg), "dpr", {**paths, "dpr_model": str(inputs["dpr_model"]),
+        dr = _in_child(_time_child, ctx.cfg, "dpr", {**paths, "dpr_model": str(inputs["dpr_model"]),
                                                             "dpr_index": str(inputs["dpr_index"]),
                                                             "reader": str(inputs["reader"])}, questions, k)
         dmeta = read_meta(inputs["dpr_index"])

@@ -39,7 +39,7 @@ class LightModel:
     def __init__(self, lm: Any, tok: Any, s: Mapping[str, Any]) -> None:
         from harness.methods.lightretriever import ops
 
-        self.lm, self.tok, self.s = lm, tok, dict(s)
+        self.lm, self.tok, self.s = lm, tok, s  # not dict(s): a copy reads every setting
         self.base = lm.base_model if not hasattr(lm, "get_base_model") else lm.get_base_model().base_model
         self.causal = ops.is_causal(self.base)
         if self.causal:

@@ -161,7 +161,7 @@ def _measure_jobs(name: str, s: Mapping[str, Any], datasets: list[str], models: 
                          "qcr.usage-queries", *((f"qcr.{noent}-usage-docs", f"qcr.{noent}-usage-queries")
                                                 if noent else ()),
                          *(f"qcr.pmi-{i}" for i in range(1, int(a["pmi_codes"]) + 1))),
-                keys=(f"{m}.analysis", f"{m}.usage_threshold", "seed", f"{m}.q_max_len"),
+                keys=(f"{m}.analysis", f"{m}.usage_threshold", f"{m}.words_system", "seed", f"{m}.q_max_len"),
                 params={"noent": noent},
                 inputs={"data": Ref("data", dataset=ad), "model": Ref("model", "qcr"),
                         "index": Ref("index", "qcr", ad), "bm25": Ref("system", s["words_system"], ad),

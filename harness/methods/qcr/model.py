@@ -13,6 +13,7 @@ from harness.errors import ConfigError
 from harness.methods.qcr.settings import ENCODER_DIR, FSQ_VERSION, MODEL_FILE, codes_k, max_codes
 from harness.models.backbones import load_encoder, load_tokenizer
 from harness.models.runtime import quiet_transformers, torch_for
+from harness.recording import snapshot
 
 
 def prequant(fsq, z):
@@ -75,7 +76,9 @@ class QCRModel:
 
         self.encoder.save_pretrained(Path(folder) / ENCODER_DIR)
         self.tok.save_pretrained(Path(folder) / ENCODER_DIR)
-        torch.save({"proj": self.proj.state_dict(), "settings": dict(self.s), "fsq": FSQ_VERSION},
+        # the settings travel with the weights as provenance (snapshot: not a read of them); a loaded
+        # model takes its fields (levels, schedule, backbone) from them, the search its own from the config
+        torch.save({"proj": self.proj.state_dict(), "settings": snapshot(self.s), "fsq": FSQ_VERSION},
                    Path(folder) / MODEL_FILE)
 
     def modules(self) -> list[Any]:

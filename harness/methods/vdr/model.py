@@ -122,7 +122,7 @@ class VDREncoder:
     """One tower of E_θ (backbone + vocabulary projection) and T, for one tokenizer."""
 
     def __init__(self, mlm, tokenizer, s: Mapping[str, Any], ln=None) -> None:
-        self.mlm, self.tok, self.s, self.ln = mlm, tokenizer, dict(s), ln
+        self.mlm, self.tok, self.s, self.ln = mlm, tokenizer, s, ln  # not dict(s): a copy reads every setting
         self.skip = int(s["skip_vocab"])
         self.vocab = len(tokenizer)
         if not 0 <= self.skip < self.vocab:
@@ -266,7 +266,7 @@ class VDRModel:
     TOWERS = ("question_encoder", "passage_encoder")
 
     def __init__(self, q: VDREncoder, p: VDREncoder, s: Mapping[str, Any]) -> None:
-        self.q, self.p, self.s = q, p, dict(s)
+        self.q, self.p, self.s = q, p, s
         self.tok, self.skip, self.vocab, self.dims = q.tok, q.skip, q.vocab, q.dims
 
     @property
