@@ -201,7 +201,7 @@ def _old_dpr_train(ctx, negatives_file):
     random.seed(seed)
     torch_.manual_seed(seed)
     tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
-    examples = dpr._training_examples(tctx, negatives_file)
+    examples = dpr.training_examples(tctx, negatives_file)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
     model = dpr.BiEncoder.from_backbone(ctx)
     params = list({id(p): p for p in list(model.q.parameters()) + list(model.p.parameters())}.values())

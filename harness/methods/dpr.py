@@ -111,13 +111,15 @@ class BiEncoder:
         return np.concatenate(out) if out else np.zeros((0, self.p.config.hidden_size), np.float32)
 
 
-def _training_examples(ctx: Context, negatives_file: Path) -> list[tuple[Query, list[str]]]:
+def training_examples(ctx: Context, negatives_file: Path | None) -> list[tuple[Query, list[str]]]:
+    """(question, its mined BM25 negatives) for every training question of ``ctx``'s dataset (DPR, BPR
+    and SVDR/VDR train on these; no negatives file: none). A question without a gold passage is an error."""
     queries = store.read_queries(ctx.data_dir(), "train")
-    negs = {r["id"]: r["negatives"] for r in iter_jsonl(negatives_file)}
+    negs = {r["id"]: r["negatives"] for r in iter_jsonl(negatives_file)} if negatives_file else {}
     examples = []
     for q in queries:
         if not q.gold:
-            raise DataError(f"{ctx.data_dir()}/queries-train.jsonl: question {q.id} has no gold passage for DPR training")
+            raise DataError(f"{ctx.data_dir()}/queries-train.jsonl: question {q.id} has no gold passage for training")
         examples.append((q, negs.get(q.id, [])))
     return examples
 
@@ -132,7 +134,7 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
     seed = ctx.cfg["seed"]
     loop.set_seed(seed)
     tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
-    examples = loop.subsample(_training_examples(tctx, negatives_file), m.get("max_train_questions"), seed)
+    examples = loop.subsample(training_examples(tctx, negatives_file), m.get("max_train_questions"), seed)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
     doc_ids = list(docs)
     model = BiEncoder.from_backbone(ctx)

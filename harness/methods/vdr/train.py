@@ -17,23 +17,12 @@ from harness import train as loop
 from harness.datasets import Doc, Query, store
 from harness.errors import DataError
 from harness.evaluate.qa import ANSWER_RULES
-from harness.io import iter_jsonl
+from harness.methods import dpr
 from harness.methods.base import Context
 from harness.methods.vdr.index import build_token_index, load_token_index
 from harness.methods.vdr.model import VDRModel, passage_text, svdr_loss
 from harness.methods.vdr.settings import settings, train_signature
 from harness.models.runtime import torch_for
-
-
-def _training_examples(ctx: Context, negatives_file: Path | None) -> list[tuple[Query, list[str]]]:
-    queries = store.read_queries(ctx.data_dir(), "train")
-    negs = {r["id"]: r["negatives"] for r in iter_jsonl(negatives_file)} if negatives_file else {}
-    out = []
-    for q in queries:
-        if not q.gold:
-            raise DataError(f"{ctx.data_dir()}/queries-train.jsonl: question {q.id} has no gold passage for training")
-        out.append((q, negs.get(q.id, [])))
-    return out
 
 
 class NegativeRetriever:
@@ -137,7 +126,7 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
     loop.set_seed(seed)
     rng = random.Random(seed)
     tctx = Context(ctx.cfg, ctx.method, s["train_dataset"])
-    examples = loop.subsample(_training_examples(tctx, negatives_file), s.get("max_train_questions"), seed)
+    examples = loop.subsample(dpr.training_examples(tctx, negatives_file), s.get("max_train_questions"), seed)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
     enc = VDRModel.from_backbone(ctx.cfg, s)
     ts = loop.TrainSettings.from_config(s, log_every=20)
