@@ -249,8 +249,7 @@ class Plan:
         if ref.kind == "decontam":
             from harness.decontam import report as hdecontam
 
-            train, test = hdecontam.plan(self.cfg)
-            return {"decontam", *(f"datasets.{s.key}" for s in train + test)}
+            return set(hdecontam.config_keys(self.cfg))
         return self.hashed_keys(self.job(*self.producer(ref)))  # type: ignore[misc]
 
     def unhashed_reads(self, job: Job, reads: Iterable[str]) -> list[str]:

@@ -58,16 +58,16 @@ def run_stage(stage: str, argv: list[str]) -> int:
         t_step = time.perf_counter()
         info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})
         info["step_seconds"] = round(time.perf_counter() - t_step, 4)  # the method's own work, imports included
+        unhashed = p.unhashed_reads(job, reads)  # a harness bug if any: the artifact goes stale when one changes
         write_meta(tmp, Stage(stage).artifact, spec=info.pop("spec", job.id), config_hash=p.hash(job),
                    seconds=time.perf_counter() - t0,
                    extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
                           "config_values": p.values(job), "input_hashes": p.input_hashes(job),
                           "inputs": {r: str(v) for r, v in inputs.items()}, "numerics": numerics.describe(mode),
-                          "settings_read": sorted(reads), "settings_unhashed": p.unhashed_reads(job, reads),
+                          "settings_read": sorted(reads), "settings_unhashed": unhashed,
                           **info})
     where = f" on {job.dataset}" if job.dataset else ""
-    unhashed = p.unhashed_reads(job, reads)
-    if unhashed:  # a harness bug: the artifact goes stale when one of these changes
+    if unhashed:
         from harness.cli import console
 
         console(f"warning: {stage} {job.id}{where} read settings its hash does not cover: {', '.join(unhashed)}")

@@ -93,10 +93,14 @@ def stage_args(cfg: Mapping[str, Any]) -> str:
     return " ".join(args)
 
 
-def config_hash(cfg: Mapping[str, Any]) -> str:
+def config_keys(cfg: Mapping[str, Any]) -> list[str]:
+    """The config keys the decontamination's hash covers: its section and every query set's dataset."""
     train, test = plan(cfg)
-    keys = sorted({f"datasets.{s.key}" for s in train + test})
-    return section_hash(cfg, "decontam", *keys)
+    return ["decontam", *sorted({f"datasets.{s.key}" for s in train + test})]
+
+
+def config_hash(cfg: Mapping[str, Any]) -> str:
+    return section_hash(cfg, *config_keys(cfg))
 
 
 # ------------------------------------------------------------------------------------------ report
