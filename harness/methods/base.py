@@ -42,14 +42,13 @@ class Context:
         return self.root / "data" / key
 
 
-#: keys of a method section that never change a trained model (where it runs, what it is evaluated on)
-NOT_TRAINING = ("enabled", "datasets", "variants", "encode_batch_size", "torch_threads", "device", "index",
-                "log_every")
-
-
 #: settings of a method section (or a step's) that say how a job runs, not what it computes: no
 #: hash covers them (a different machine may need other values for the same artifact)
 RUNTIME_KEYS = ("enabled", "device", "torch_threads", "threads", "encode_batch_size", "log_every")
+
+#: keys of a method section that never change a trained model: the runtime ones and what it is
+#: evaluated on, searched with, and varied by
+NOT_TRAINING = (*RUNTIME_KEYS, "datasets", "variants", "index")
 
 
 def runtime_key(dotted: str) -> bool:
