@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.datasets import store
 from harness.job import Job, Ref
+from harness.methods.base import affects
 from harness.recording import merged
 
 DEFAULTS = {"depth": 100, "keep": 5, "index": "bm25"}
@@ -30,7 +31,7 @@ def negatives_job(cfg: Mapping[str, Any], dataset: str) -> Job:
     s = settings(cfg)
     return Job("negatives", "negatives", "bm25", "mine", dataset,
                inputs={"data": Ref("data", dataset=dataset), "index": Ref("index", s["index"], dataset)},
-               keys=("negatives", "methods.bm25.k1", "methods.bm25.b", f"datasets.{dataset}.answer_rule"))
+               keys=("negatives", *affects("bm25", "search"), f"datasets.{dataset}.answer_rule"))
 
 
 def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) -> list[dict]:

@@ -327,20 +327,18 @@ def declare(cfg: Mapping[str, Any], name: str = "reader") -> list[Job]:
     search job of the retriever's own module), the reader model, and EM of every system of
     ``reader.systems`` on each of ``reader.datasets`` (default: the training dataset)."""
     from harness.methods import method_module
-    from harness.methods.base import wants_gpu
+    from harness.methods.base import affects, training_keys, wants_gpu
 
     s = settings(cfg)
     td, retriever, gpu = s["train_dataset"], s["retriever"], wants_gpu(cfg, name)
     train_run = method_module(retriever).search_job(cfg, retriever, td, split="train")
-    keys = tuple(f"{name}.{k}" for k in sorted(cfg[name]) if k not in ("systems", "datasets", "enabled",
-                                                                        "encode_batch_size", "torch_threads"))
     jobs = [train_run,
-            Job("train", name, name, "train_step", gpu=gpu, keys=(*keys, "seed", f"backbones.{s['backbone']}"),
+            Job("train", name, name, "train_step", gpu=gpu, keys=training_keys(cfg, name, backbone=s["backbone"]),
                 params={"run": train_run.systems[0]},
                 inputs={"data": Ref("data", dataset=td), "run": Ref("run", train_run.id, td)})]
     for d in s.get("datasets") or [td]:
         jobs.append(Job("measure", f"{name}.em", name, "measure_em", d, gpu=gpu, systems=tuple(s["systems"]),
-                        keys=(f"{name}.systems", f"{name}.top_k", f"{name}.max_test_questions", "seed"),
+                        keys=(*affects(name, "measure.em"), "seed"),
                         inputs={"data": Ref("data", dataset=d), "model": Ref("model", name),
                                 **{f"run_{i}": Ref("system", sys_, d) for i, sys_ in enumerate(s["systems"])}}))
     return jobs

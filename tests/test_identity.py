@@ -13,8 +13,8 @@ def fresh(cfg):
     return hp.get(cfg)
 
 
-def moved(cfg, change):
-    """(stage, id) of the concrete jobs whose hash moves when ``change(cfg)`` is applied."""
+def moved(cfg, change, method=None):
+    """(stage, id) of the concrete jobs (of ``method``, or all) whose hash moves when ``change(cfg)`` is applied."""
     a = fresh(cfg)
     other = copy.deepcopy(cfg)
     change(other)
@@ -22,6 +22,8 @@ def moved(cfg, change):
     out = set()
     for stage in hp.STAGES:
         for j in a.concrete(stage):
+            if method is not None and j.method != method:
+                continue
             if j.dataset is None or (stage, j.id, j.dataset) in b.jobs or b.jobs.get((stage, j.id, None)):
                 if a.hash(j) != b.hash(b.job(stage, j.id, j.dataset)):
                     out.add((stage, j.id))
@@ -59,15 +61,154 @@ def test_a_variant_that_differs_only_in_precision_trains_its_own_model():
 
 
 def test_every_schema_field_that_changes_a_model_is_compared_for_variant_reuse():
-    """TRAIN_KEYS is derived from the schema (harness.methods.base.model_fields), not listed."""
+    """TRAIN_KEYS is derived from the schema (the fields whose x-affects lists model), not listed."""
     import importlib
     from pathlib import Path
 
     from harness.io import read_yaml
-    from harness.methods.base import NOT_TRAINING
 
     bpr, qcr, vdr = (importlib.import_module(f"harness.methods.{m}.settings") for m in ("bpr", "qcr", "vdr"))
     for mod in (bpr, qcr, vdr):
         props = read_yaml(Path(mod.__file__).parent / mod.SCHEMA)["properties"]
-        assert set(mod.TRAIN_KEYS) == set(props) - set(NOT_TRAINING) - set(mod.NOT_MODEL)
+        assert set(mod.TRAIN_KEYS) == {k for k, p in props.items() if "model" in p["x-affects"]}
         assert {"precision", "grad_accum", "grad_clip", "backbone"} <= set(mod.TRAIN_KEYS) or mod is qcr
+        assert not {"index", "datasets", "device", "torch_threads"} & set(mod.TRAIN_KEYS)
+
+
+# --------------------------------------------------------------------------------------------
+# x-affects: each field of a section's schema says which artifacts it changes; jobs' keys are derived
+
+PROFILES = {"smoke": [], "small": ["configs/profiles/small.yaml"], "paper": ["configs/profiles/paper.yaml"],
+            "scale": ["configs/profiles/scale.yaml"]}
+#: the stage whose jobs write an artifact named in x-affects (model.qs -> train, index.hash -> index)
+STAGE_OF = {"model": "train", "index": "index", "search": "search", "measure": "measure"}
+ORDER = ("train", "index", "search", "measure")
+
+
+def _sections():
+    from harness.methods import METHODS, STEPS
+
+    return [*METHODS, *STEPS]
+
+
+def test_every_field_of_every_section_says_what_it_changes():
+    """Each property has x-affects; each name it lists is an artifact its schema describes (or
+    runtime), and each artifact described is changed by some field."""
+    from harness.methods.base import ARTIFACTS, RUNTIME, _affects, _fragment
+
+    for name in _sections():
+        table = _affects(name)
+        frag = _fragment(name)
+        assert set(frag["properties"]) <= set(table), name
+        described = set(frag.get(ARTIFACTS) or {})
+        used = {t for tags in table.values() for t in tags} - {RUNTIME}
+        assert used == described, f"{name}: described but changed by no field: {sorted(described - used)}"
+        for field, tags in table.items():
+            assert RUNTIME not in tags or tags == (RUNTIME,), f"{name}.{field}: runtime stands alone"
+            assert all(t.split(".")[0] in STAGE_OF for t in tags if t != RUNTIME), (name, field, tags)
+
+
+def test_a_field_without_x_affects_or_naming_an_unknown_artifact_fails():
+    import pytest
+
+    from harness.errors import ConfigError
+    from harness.methods.base import schema_affects
+
+    ok = {"x-artifacts": {"model": "m"}, "properties": {"lr": {"x-affects": ["model"]}, "device": {"x-affects": ["runtime"]}}}
+    assert schema_affects(ok) == {"lr": ("model",), "device": ("runtime",)}
+    with pytest.raises(ConfigError, match="lr does not say"):
+        schema_affects({"x-artifacts": {"model": "m"}, "properties": {"lr": {"type": "number"}}})
+    with pytest.raises(ConfigError, match="modle"):
+        schema_affects({"x-artifacts": {"model": "m"}, "properties": {"lr": {"x-affects": ["modle"]}}})
+
+
+def test_affects_narrows_map_fields_and_refuses_an_artifact_no_field_lists():
+    import pytest
+
+    from harness.errors import ConfigError
+    from harness.methods.base import affects
+
+    assert affects("bpr", "index.baseline", at={"dpr_baselines": "hnsw"}) == (
+        "methods.bpr.baseline_train_size", "methods.bpr.dpr_baselines.hnsw")
+    assert affects("lightretriever", "search", at={"instructions": "nq"})[0] == "methods.lightretriever.impact_scale"
+    assert "methods.lightretriever.instructions.nq" in affects("lightretriever", "search", at={"instructions": "nq"})
+    assert affects("reader", "measure.em") == ("reader.max_test_questions", "reader.systems", "reader.top_k")
+    with pytest.raises(ConfigError, match="index.hsh"):
+        affects("bpr", "index.hsh")
+
+
+def test_each_job_hashes_only_fields_that_list_an_artifact_of_its_stage():
+    """A job's own section keys are fields whose x-affects names an artifact of the job's stage: a
+    search setting hashed by an index job (the nprobe bug) or a runtime setting hashed by a model
+    (reader.device was) fails here."""
+    from harness.methods import METHODS
+    from harness.methods.base import _affects
+
+    for profile, files in PROFILES.items():
+        p = fresh(load_config(files))
+        for job in p.jobs.values():
+            prefix = f"methods.{job.method}." if job.method in METHODS else f"{job.method}."
+            for key in job.keys:
+                if not key.startswith(prefix):
+                    continue
+                field = key[len(prefix):].split(".")[0]
+                nested = ".".join(key[len(prefix):].split(".")[:2])
+                tags = _affects(job.method).get(nested) or _affects(job.method)[field]
+                stages = {STAGE_OF[t.split(".")[0]] for t in tags if t != "runtime"}
+                assert job.stage in stages, f"{profile}: {job.stage} job {job.id} hashes {key}, whose x-affects is {list(tags)}"
+
+
+def _changed(v):
+    if isinstance(v, bool):
+        return not v
+    if isinstance(v, int):
+        return v + 1
+    if isinstance(v, float):
+        return v * 1.5 + 0.01
+    return None
+
+
+def _moved_directly(cfg, change, method):
+    """(stage, id) of ``method``'s concrete jobs whose hash moves under ``change`` while their inputs'
+    hashes do not: the jobs that hash the changed setting themselves."""
+    a = fresh(cfg)
+    other = copy.deepcopy(cfg)
+    change(other)
+    b = fresh(other)
+    out = set()
+    for stage in hp.STAGES:
+        for j in a.concrete(stage):
+            if j.method != method:
+                continue
+            jb = b.jobs.get((stage, j.id, j.dataset)) or (b.jobs.get((stage, j.id, None)) and b.job(stage, j.id, j.dataset))
+            if jb and a.hash(j) != b.hash(jb) and a.input_hashes(j) == b.input_hashes(jb):
+                out.add((stage, j.id))
+    return out
+
+
+def test_a_field_moves_only_the_artifacts_it_lists():
+    """For every scalar field the smoke config sets, the jobs whose hash moves by the change itself
+    (not through an input) are jobs of the stages its x-affects names (nprobe moves searches, not
+    the phrase index; precision moves models), and a field that lists no artifact moves none."""
+    from harness.errors import ConfigError
+    from harness.methods.base import _affects
+
+    cfg = load_config([])
+    checked = 0
+    for name, sec in cfg["methods"].items():
+        if not sec.get("enabled", True):
+            continue
+        table = _affects(name)
+        for field, value in sec.items():
+            new = _changed(value)
+            if new is None or field not in table:
+                continue
+            try:
+                got = _moved_directly(cfg, lambda c: c["methods"][name].__setitem__(field, new), name)
+            except (ConfigError, ValueError, KeyError):
+                continue  # the changed value is not a legal setting of this field
+            stages = {STAGE_OF[t.split(".")[0]] for t in table[field] if t != "runtime"}
+            wrong = sorted((st, j) for st, j in got if st not in stages)
+            assert not wrong, f"methods.{name}.{field} (x-affects {list(table[field])}) moves {wrong}"
+            checked += 1
+    assert checked >= 40

@@ -98,11 +98,4 @@ def test_smoke_jobs_read_only_settings_their_hashes_cover(smoke_run, repo):
     metas = list((tmp_path / "smoke").glob("*/**/meta.json"))
     assert sum(1 for m in metas if "settings_read" in m.read_text(encoding="utf-8")) > 50
     found = hplan.unhashed_in_results(cfg)
-    # Open (issue #24, item 3): the training steps of these methods still read their whole section
-    # (config checks and variant bookkeeping inside the step); the reads are recorded in meta.json,
-    # and any other job, or any other section, reading an unhashed setting fails here.
-    open_ = {"models/qcr": "methods.qcr.", "models/lightretriever": "methods.lightretriever."}
-    left = {k: [x for x in v if not any(f"/{folder}" in k and x.startswith(prefix) for folder, prefix in open_.items())]
-            for k, v in found.items()}
-    left = {k: v for k, v in left.items() if v}
-    assert not left, "settings read but not hashed:\n" + "\n".join(f"  {k}: {', '.join(v)}" for k, v in left.items())
+    assert not found, "settings read but not hashed:\n" + "\n".join(f"  {k}: {', '.join(v)}" for k, v in found.items())

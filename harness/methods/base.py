@@ -1,7 +1,7 @@
 """What every method step receives: the config, the method's section, the dataset folder."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,42 +46,142 @@ class Context:
 #: hash covers them (a different machine may need other values for the same artifact)
 RUNTIME_KEYS = ("enabled", "device", "torch_threads", "threads", "encode_batch_size", "log_every")
 
-#: keys of a method section that never change a trained model: the runtime ones and what it is
-#: evaluated on, searched with, and varied by
-NOT_TRAINING = (*RUNTIME_KEYS, "datasets", "variants", "index")
-
 
 def runtime_key(dotted: str) -> bool:
-    """Whether a dotted config key is a runtime setting of a method or step section."""
+    """Whether a dotted config key is a runtime setting of a method or step section: one of
+    :data:`RUNTIME_KEYS`, or a field whose schema says ``x-affects: [runtime]`` (how a job runs, e.g.
+    a gradient-cache chunk size, not what it computes)."""
+    from harness.methods import METHODS, STEPS
+
     parts = dotted.split(".")
-    if parts[0] == "methods":
-        return len(parts) >= 3 and parts[2] in RUNTIME_KEYS
-    return len(parts) >= 2 and parts[1] in RUNTIME_KEYS
+    name, field = (parts[1], parts[2:]) if parts[0] == "methods" and len(parts) > 1 else (parts[0], parts[1:])
+    if not field:
+        return False
+    if field[0] in RUNTIME_KEYS:
+        return True
+    if name not in METHODS and name not in STEPS:
+        return False
+    return _affects(name).get(field[0]) == (RUNTIME,)
 
 
-def model_fields(module_file: str | Path, schema_file: str, exclude: tuple[str, ...]) -> tuple[str, ...]:
-    """The fields of a method's section that change its trained model: every property of its schema
-    fragment but :data:`NOT_TRAINING` and ``exclude`` (the method's NOT_MODEL). The same rule as
-    :func:`training_keys`, so that a variant is found equal to another model (and reuses it) exactly
-    when the two train jobs' hashes would agree; a hand-written list drifted (grad_accum, grad_clip
-    and precision were hashed but missing from it, so a variant at another precision reused the main model)."""
+# --------------------------------------------------------------------------------------------
+# job identity, derived from the schema: every property of a method's schema declares the
+# artifacts it changes (``x-affects``); a job's keys are the fields its artifact kind lists.
+
+#: the schema keyword of a property: the artifacts (``model``, ``index``, ``search``, ``measure``
+#: or one of their roles, ``index.hash``, ``measure.speed``, ...) whose content the field changes;
+#: ``[]`` for a field that changes none (a runtime setting, or one that says which jobs exist)
+AFFECTS = "x-affects"
+#: the schema keyword at a fragment's top: the artifact names its fields may list, each described
+ARTIFACTS = "x-artifacts"
+#: what a field lists alone when it says how a job runs, not what it computes (no hash covers it,
+#: and a step may read it freely)
+RUNTIME = "runtime"
+
+
+def schema_affects(fragment: Mapping[str, Any], where: str = "schema") -> dict[str, tuple[str, ...]]:
+    """``{field: artifacts}`` of a method's schema fragment: each property's ``x-affects``, and,
+    under an object property, each nested property that declares its own (``latency.baselines``).
+    A property without ``x-affects``, or naming an artifact the fragment's ``x-artifacts`` does not
+    describe, fails here."""
+    known = set(fragment.get(ARTIFACTS) or {})
+    out: dict[str, tuple[str, ...]] = {}
+
+    def walk(props: Mapping[str, Any], prefix: str, required: bool) -> None:
+        for name, prop in props.items():
+            field = f"{prefix}{name}"
+            if AFFECTS in prop:
+                tags = tuple(prop[AFFECTS])
+                bad = sorted(set(tags) - known - {RUNTIME})
+                if bad:
+                    raise ConfigError(f"{where}: property {field} names {', '.join(bad)} in {AFFECTS}, which {ARTIFACTS} "
+                                      f"does not describe ({', '.join(sorted(known)) or 'none'})",
+                                      fix=f"describe the artifact under {ARTIFACTS} or correct the name")
+                out[field] = tags
+            elif required:
+                raise ConfigError(f"{where}: property {field} does not say which artifacts it changes",
+                                  fix=f"add `{AFFECTS}: [...]` (the artifacts of {ARTIFACTS} whose content it "
+                                      "changes; [] for a runtime setting)")
+            if isinstance(prop.get("properties"), Mapping):
+                walk(prop["properties"], f"{field}.", False)
+
+    walk(fragment.get("properties") or {}, "", True)
+    return out
+
+
+def _fragment(name: str) -> Mapping[str, Any]:
+    from harness.methods import METHODS, schema_fragment, step_schema
+
+    return schema_fragment(name) if name in METHODS else step_schema(name)
+
+
+def _affects(name: str) -> dict[str, tuple[str, ...]]:
+    from harness.methods import METHODS, STEPS
+
+    key = (name, METHODS.get(name) if name in METHODS else STEPS.get(name))
+    if key not in _AFFECTS_CACHE:
+        _AFFECTS_CACHE[key] = schema_affects(_fragment(name), f"schema of {name}")
+    return _AFFECTS_CACHE[key]
+
+
+_AFFECTS_CACHE: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
+
+
+def affects(name: str, artifact: str, *, at: Mapping[str, str | Sequence[str]] | None = None) -> tuple[str, ...]:
+    """The dotted keys of section ``name`` (``methods.<name>``, or a step's top-level section) whose
+    schema lists ``artifact`` in ``x-affects``: what a job writing that artifact hashes. ``at``
+    narrows a map field to the entries the job reads (``{"dpr_baselines": "hnsw"}`` ->
+    ``methods.bpr.dpr_baselines.hnsw``). An artifact no field lists fails: a misspelled name would
+    hash nothing."""
+    fields = sorted(f for f, tags in _affects(name).items() if artifact in tags)
+    if not fields:
+        raise ConfigError(f"no field of the {name} section lists {artifact!r} in {AFFECTS}",
+                          fix=f"name an artifact of its schema's {ARTIFACTS} that some field changes")
+    return tuple(k for f in fields for k in _narrowed(_prefix(name), f, at))
+
+
+def _narrowed(prefix: str, field: str, at: Mapping[str, str | Sequence[str]] | None) -> list[str]:
+    if at is None or field not in at:
+        return [f"{prefix}.{field}"]
+    entries = [at[field]] if isinstance(at[field], str) else list(at[field])
+    return [f"{prefix}.{field}.{e}" for e in entries]
+
+
+def _prefix(name: str) -> str:
+    from harness.methods import METHODS
+
+    return f"methods.{name}" if name in METHODS else name
+
+
+def schema_fields(module_file: str | Path, schema_file: str, artifact: str) -> tuple[str, ...]:
+    """The top-level fields of the schema file beside ``module_file`` whose ``x-affects`` lists ``artifact``."""
     from harness.io import read_yaml
 
-    props = read_yaml(Path(module_file).parent / schema_file).get("properties", {})
-    skip = set(NOT_TRAINING) | set(exclude)
-    return tuple(sorted(k for k in props if k not in skip))
+    table = schema_affects(read_yaml(Path(module_file).parent / schema_file), str(schema_file))
+    return tuple(sorted(f for f, tags in table.items() if artifact in tags and "." not in f))
 
 
-def section_keys(cfg: Mapping[str, Any], name: str, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Dotted keys of ``methods.<name>`` minus ``NOT_TRAINING`` and ``exclude`` (what a model's hash covers)."""
-    skip = set(NOT_TRAINING) | set(exclude)
-    return tuple(f"methods.{name}.{k}" for k in sorted(cfg["methods"][name]) if k not in skip)
+def model_fields(module_file: str | Path, schema_file: str) -> tuple[str, ...]:
+    """The fields of a method's section that change its trained model (``x-affects`` lists
+    ``model``): a variant is found equal to another model (and reuses it) exactly when these agree,
+    the rule of the train job's own hash (:func:`training_keys`)."""
+    return schema_fields(module_file, schema_file, "model")
 
 
-def training_keys(cfg: Mapping[str, Any], name: str, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """A model's hash: its section's training keys, the seed, and the backbone's definition."""
-    backbone = cfg["methods"][name].get("backbone")
-    return (*section_keys(cfg, name, exclude), "seed", *((f"backbones.{backbone}",) if backbone else ()))
+def training_keys(cfg: Mapping[str, Any], name: str, *, at: Mapping[str, str | Sequence[str]] | None = None,
+                  backbone: str | None = None) -> tuple[str, ...]:
+    """A model's hash: the fields of its section whose ``x-affects`` lists ``model`` and that the
+    config sets (a field left at its default joins the hash when a config sets it), the entries
+    ``at`` names of a map field (read whether or not the config sets them), the seed, and the
+    backbone's definition (``backbone``: a variant's, where it differs from the section's)."""
+    sec = section(cfg, name) or {}
+    table = _affects(name)
+    fields = sorted(k for k in sec if "model" in table.get(k, ()) and k not in (at or {}))
+    keys = [f"{_prefix(name)}.{k}" for k in fields]
+    for f in sorted(at or {}):
+        keys += _narrowed(_prefix(name), f, at)
+    backbone = backbone or sec.get("backbone")
+    return (*keys, "seed", *((f"backbones.{backbone}",) if backbone else ()))
 
 
 def wants_gpu(cfg: Mapping[str, Any], name: str) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from harness.artifacts import write_run_with_meta
 from harness.datasets import Query, store
 from harness.indexes import lucene
-from harness.methods.base import Context
+from harness.methods.base import Context, affects
 from harness.job import Job, Ref
 
 SCHEMA = "bm25.schema.yaml"
@@ -22,18 +22,16 @@ LUCENE_DIR = "lucene"  # the Lucene index inside the artifact folder (meta.json 
 
 
 def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
-    m = f"methods.{name}"
-    jobs = [Job("index", name, name, "build", keys=(f"{m}.contents", f"{m}.index"),
+    jobs = [Job("index", name, name, "build", keys=affects(name, "index"),
                 inputs={"data": Ref("data")}, mem_mb=4000)]
     return jobs + [search_job(cfg, name, d) for d in cfg["methods"][name].get("datasets", [])]
 
 
 def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test") -> Job:
-    m = f"methods.{name}"
     return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
                systems=(name,), params={"split": split}, mem_mb=4000,
                inputs={"data": Ref("data", dataset=dataset), "index": Ref("index", name, dataset)},
-               keys=(f"{m}.k1", f"{m}.b", "evaluate.depth"))
+               keys=(*affects(name, "search"), "evaluate.depth"))
 
 
 def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from harness.artifacts import hits_from_rows, read_docids, write_docids
 from harness.datasets import Query, store
 from harness.errors import ConfigError, DataError
 from harness.io import iter_jsonl
-from harness.methods.base import Context, training_keys, wants_gpu
+from harness.methods.base import Context, affects, training_keys, wants_gpu
 from harness.models.runtime import quiet_transformers, torch_for
 from harness.job import Job, Ref
 from harness.progress import batches
@@ -256,8 +256,8 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     td, gpu = m["train_dataset"], wants_gpu(cfg, name)
     jobs = [Job("train", name, name, "train_step", gpu=gpu,
                 inputs={"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td)},
-                keys=training_keys(cfg, name, exclude=("bm25_rerank_depths", "negatives_depth"))),
-            Job("index", name, name, "build", gpu=gpu, keys=(f"methods.{name}.index",),
+                keys=training_keys(cfg, name)),
+            Job("index", name, name, "build", gpu=gpu, keys=affects(name, "index"),
                 inputs={"data": Ref("data"), "model": Ref("model", name)})]
     return jobs + [search_job(cfg, name, d) for d in m.get("datasets", [])]
 

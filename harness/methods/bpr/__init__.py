@@ -38,7 +38,7 @@ paper's scale, synthetic payload; published figures from configs/published/bpr.y
 """
 # The functions `settings` and `train` share their names with the submodules that define them: the
 # imports below bind the package attributes to the functions (what the tests and callers use).
-from harness.methods.bpr.settings import (DEFAULTS, NOT_MODEL, SCALE_DEFAULTS, SEARCH_VARIANTS, TRAIN_KEYS,
+from harness.methods.bpr.settings import (DEFAULTS, SCALE_DEFAULTS, SEARCH_VARIANTS, TRAIN_KEYS,
                                           _check, _variant_search, dpr_baselines, efficiency_systems, model_id,
                                           model_source, scale_settings, search_variants, settings, train_hash,
                                           train_signature, train_variants, variant_context)
@@ -54,7 +54,7 @@ from harness.methods.bpr.jobs import (build, build_baseline, build_hash, declare
 SCHEMA = "schema.yaml"
 
 __all__ = [
-    "SCHEMA", "DEFAULTS", "NOT_MODEL", "SCALE_DEFAULTS", "SEARCH_VARIANTS", "TRAIN_KEYS", "CODES_FILE", "DOCIDS_FILE",
+    "SCHEMA", "DEFAULTS", "SCALE_DEFAULTS", "SEARCH_VARIANTS", "TRAIN_KEYS", "CODES_FILE", "DOCIDS_FILE",
     "SYNTHETIC_NOTE",
     # settings
     "settings", "variant_context", "train_signature", "train_hash", "model_source", "model_id", "search_variants",

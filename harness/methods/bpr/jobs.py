@@ -12,12 +12,12 @@ from harness.artifacts import hits_from_rows, read_docids, write_run_with_meta
 from harness.datasets import store
 from harness.io import write_json
 from harness.methods import dpr
-from harness.methods.base import Context, training_keys, wants_gpu
+from harness.methods.base import Context, affects, training_keys, wants_gpu
 from harness.methods.bpr.index import build_binary_index, build_dpr_baseline, build_index
 from harness.methods.bpr.measure import efficiency
 from harness.methods.bpr.scale import scale_efficiency
 from harness.methods.bpr.search import Searcher, _DenseSystem, write_run
-from harness.methods.bpr.settings import (NOT_MODEL, _check, dpr_baselines, efficiency_systems, model_id,
+from harness.methods.bpr.settings import (_check, dpr_baselines, efficiency_systems, model_id,
                                           scale_settings, search_variants, settings, train_variants,
                                           variant_context)
 from harness.methods.bpr.train import train
@@ -30,8 +30,7 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
     systems = tuple(f"{name}.{v}" for v in search_variants(cfg)) if split == "test" else (f"{name}.bflat",)
     return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
                gpu=wants_gpu(cfg, name), params={"split": split}, systems=systems,
-               keys=("evaluate.depth", f"methods.{name}.n_candidates", f"methods.{name}.candidate_grid",
-                     f"methods.{name}.hash_nflip"),
+               keys=("evaluate.depth", *affects(name, "search")),
                inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", name),
                        "index": Ref("index", name, dataset), "hash_index": Ref("index", f"{name}.hash", dataset)})
 
@@ -43,24 +42,24 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     efficiency figures (index bytes, query time) of every Table 1/2 system."""
     s = settings(cfg)
     _check(s)
-    m, td, gpu = f"methods.{name}", s["train_dataset"], wants_gpu(cfg, name)
-    model_keys = training_keys(cfg, name, exclude=NOT_MODEL)
+    td, gpu = s["train_dataset"], wants_gpu(cfg, name)
+    model_keys = training_keys(cfg, name)
     data = {"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td)}
     jobs = [Job("train", name, name, "train_step", gpu=gpu, keys=model_keys, inputs=data),
-            Job("index", name, name, "build", gpu=gpu, keys=(f"{m}.index",),
+            Job("index", name, name, "build", gpu=gpu, keys=affects(name, "index"),
                 inputs={"data": Ref("data"), "model": Ref("model", name)}),
-            Job("index", f"{name}.hash", name, "build_hash", keys=(f"{m}.hash_index", f"{m}.hash_nflip"),
+            Job("index", f"{name}.hash", name, "build_hash", keys=affects(name, "index.hash"),
                 inputs={"source": Ref("index", name)}, mem_mb=4000)]
     baselines = dpr_baselines(cfg)
     for b in baselines:
         jobs.append(Job("index", f"dpr.{b}", name, "build_baseline", params={"baseline": b},
-                        keys=(f"{m}.dpr_baselines.{b}", f"{m}.baseline_train_size", "seed"),
+                        keys=(*affects(name, "index.baseline", at={"dpr_baselines": b}), "seed"),
                         inputs={"dpr_index": Ref("index", "dpr")}))
     variants = train_variants(cfg)
     for v in variants:
         if model_id(cfg, v) != name:
             jobs.append(Job("train", model_id(cfg, v), name, "train_step", gpu=gpu, params={"variant": v}, inputs=data,
-                            keys=(*model_keys, f"{m}.train_variant_overrides", f"{m}.train_variants.{v}")))
+                            keys=(*model_keys, *affects(name, "model.variant", at={"train_variants": v}))))
     for d in cfg["methods"][name].get("datasets", []):
         jobs.append(search_job(cfg, name, d))
         if baselines:
@@ -71,11 +70,11 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     for d in cfg["methods"][name].get("variant_datasets") or [td]:
         for v in variants:
             jobs.append(Job("search", f"{name}.{v}", name, "run_variant", d, gpu=gpu, params={"variant": v},
-                            keys=("evaluate.depth", f"{m}.n_candidates", f"{m}.index"), systems=(f"{name}.{v}",),
+                            keys=("evaluate.depth", *affects(name, "search.variant")), systems=(f"{name}.{v}",),
                             inputs={"data": Ref("data", dataset=d), "model": Ref("model", model_id(cfg, v))}))
     for d in cfg["methods"][name].get("efficiency_datasets") or [td]:
         jobs.append(Job("measure", f"{name}.efficiency", name, "measure_efficiency", d,
-                        keys=("timing", "evaluate.depth", f"{m}.timing_queries", f"{m}.n_candidates", f"{m}.hash_nflip"),
+                        keys=("timing", "evaluate.depth", *affects(name, "measure.efficiency")),
                         systems=tuple(efficiency_systems(cfg)),
                         inputs={"data": Ref("data", dataset=d), "dpr_model": Ref("model", "dpr"),
                                 "bpr_model": Ref("model", name), "dpr_index": Ref("index", "dpr", d),
@@ -83,7 +82,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                                 **{f"index_{b}": Ref("index", f"dpr.{b}", d) for b in baselines}}))
     for d in scale_settings(cfg)["datasets"]:
         jobs.append(Job("measure", f"{name}.scale", name, "measure_scale", d, mem_mb=10000,
-                        keys=("seed", "timing", "evaluate.depth", f"{m}.scale", f"{m}.n_candidates", f"datasets.{d}"),
+                        keys=("seed", "timing", "evaluate.depth", *affects(name, "measure.scale"), f"datasets.{d}"),
                         systems=("dpr", "dpr.hnsw", "dpr.lsh", "dpr.pq", "bpr.bflat", "bpr.bhash", "bpr.no-rerank")))
     return jobs
 

@@ -19,12 +19,8 @@ SCHEMA = "schema.yaml"
 DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
 #: defaults of methods.bpr.scale (Table 1 at the paper's scale from a synthetic payload)
 SCALE_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "scale")
-#: keys of methods.bpr that never change a trained model
-NOT_MODEL = ("n_candidates", "candidate_grid", "hash_index", "hash_nflip", "dpr_baselines", "baseline_train_size",
-             "train_variants", "train_variant_overrides", "timing_queries", "efficiency_datasets", "variant_datasets",
-             "scale")
-#: settings that change a trained model (its identity; variants equal to another model share it)
-TRAIN_KEYS = model_fields(__file__, SCHEMA, NOT_MODEL)
+#: settings that change a trained model (x-affects lists model; its identity: variants equal to another model share it)
+TRAIN_KEYS = model_fields(__file__, SCHEMA)
 #: search variants of the trained main model: name -> (index kind, rerank)
 SEARCH_VARIANTS = {
     "bflat": ("flat", True),

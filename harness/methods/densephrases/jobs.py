@@ -6,20 +6,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.methods.base import Context, wants_gpu
+from harness.methods.base import Context, affects, training_keys, wants_gpu
 from harness.methods.densephrases.index import index_specs
 from harness.methods.densephrases.qs import train_qs
-from harness.methods.densephrases.settings import NAME, NOT_MODEL, _sys, check, model_id, settings, variants
+from harness.methods.densephrases.settings import NAME, _sys, check, model_id, settings, variants
 from harness.methods.densephrases.train import train
 from harness.job import Job, Ref
 
 
 def _train_keys(cfg: Mapping[str, Any], s: Mapping[str, Any], v: str | None) -> tuple[str, ...]:
-    m = f"methods.{NAME}"
-    keys = [f"{m}.{k}" for k in sorted(cfg["methods"][NAME]) if k not in NOT_MODEL]
-    if v is not None:
-        keys += [f"{m}.variants.{v}", f"{m}.variant_overrides"]
-    return (*keys, "seed", f"backbones.{s['backbone']}")
+    keys = training_keys(cfg, NAME, backbone=s["backbone"])
+    return keys if v is None else (*keys, *affects(NAME, "model.variant", at={"variants": v}))
 
 
 def answer_systems(cfg: Mapping[str, Any], s: Mapping[str, Any], dataset: str) -> list[tuple[str, Job]]:
@@ -45,10 +42,9 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
     names = ["main"] if (variant is not None or qs_model) else list(index_specs(s, False))
     systems = tuple(mid if n == "main" else _sys(mid, n) for n in names)
     jid = mid if split == "test" else f"{mid}.{split}"
-    m = f"methods.{name}"
     return Job("search", jid, name, "run_search", dataset, systems=systems, gpu=wants_gpu(cfg, name),
                params={"variant": variant, "split": split, "indexes": names, "qs": qs_model},
-               keys=(f"{m}.search", f"{m}.nprobe", f"{m}.strip_question_mark", f"{m}.truecase", "evaluate.depth"),
+               keys=(*affects(name, "search"), "evaluate.depth"),
                inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", mid),
                        "index": Ref("index", base, dataset)}, mem_mb=4000)
 
@@ -58,7 +54,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     searches, and the measure jobs (EM/F1, reading comprehension, speed, Table C.3)."""
     s = settings(cfg)
     check(cfg, s)
-    m, gpu = f"methods.{name}", wants_gpu(cfg, name)
+    gpu = wants_gpu(cfg, name)
     td = s["train_dataset"]
     data = {"data": Ref("data", dataset=td)}
     jobs: list[Job] = []
@@ -71,13 +67,12 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
         jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"variant": v}, inputs=inputs,
                         keys=_train_keys(cfg, vs, v), mem_mb=6000))
         jobs.append(Job("index", mid, name, "build", gpu=gpu, params={"variant": v, "gold_only": v is not None},
-                        keys=(f"{m}.index", f"{m}.index_variants", f"{m}.dsmall", f"{m}.dump_max_len",
-                              f"{m}.dump_stride", f"{m}.dump_codec", f"{m}.filter", f"{m}.train_fraction"),
+                        keys=affects(name, "index"),
                         inputs={"data": Ref("data"), "model": Ref("model", mid), "train_data": Ref("data", dataset=td)},
                         mem_mb=8000))
     if s["qs"]["enabled"]:
         jobs.append(Job("train", f"{NAME}.qs", name, "qs_step", gpu=gpu, params={"variant": None},
-                        keys=(f"{m}.qs", f"{m}.search", f"{m}.nprobe", "seed"),
+                        keys=(*affects(name, "model.qs"), "seed"),
                         inputs={**data, "model": Ref("model", NAME), "index": Ref("index", NAME, td)}, mem_mb=6000))
     for d in s["datasets"]:
         pairs = answer_systems(cfg, s, d)
@@ -90,7 +85,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
         vs_ = [None, *(variants(s) if d in s["variant_datasets"] else [])]
         jobs.append(Job("measure", f"{NAME}.rc", name, "measure_rc", d,
                         systems=tuple(_sys(model_id(v), "rc") for v in vs_),
-                        params={"variants": vs_}, keys=(f"{m}.max_test_questions", f"datasets.{d}.answer_rule"),
+                        params={"variants": vs_}, keys=(*affects(name, "measure.rc"), f"datasets.{d}.answer_rule"),
                         inputs={"data": Ref("data", dataset=d), "train_data": Ref("data", dataset=td),
                                 **{f"model_{i}": Ref("model", model_id(v)) for i, v in enumerate(vs_)}}))
     t = s["timing"]
@@ -103,11 +98,11 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                            "reader": Ref("model", "reader")})
             systems.append(f"{NAME}.speed-dpr")
         jobs.append(Job("measure", f"{NAME}.speed", name, "measure_speed", d, systems=tuple(systems),
-                        keys=(f"{m}.timing", f"{m}.search", f"{m}.nprobe", "reader.top_k"), inputs=inputs,
+                        keys=(*affects(name, "measure.speed"), "reader.top_k"), inputs=inputs,
                         mem_mb=8000))
     if s["c3_datasets"]:
         jobs.append(Job("measure", f"{NAME}.c3", name, "measure_c3", td,
-                        systems=tuple(f"{NAME}.c3-{r}" for r in s["c3_datasets"]), keys=(f"{m}.c3_datasets",),
+                        systems=tuple(f"{NAME}.c3-{r}" for r in s["c3_datasets"]), keys=affects(name, "measure.c3"),
                         inputs={f"data_{r}": Ref("data", dataset=k) for r, k in s["c3_datasets"].items()}))
     return jobs
 

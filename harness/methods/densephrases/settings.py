@@ -20,11 +20,6 @@ HEADS_FILE = "filter.pt"
 INFO_FILE = "densephrases.json"
 DUMP_DIR = "dump"
 ANSWERS = ".answers.jsonl"
-#: keys of the section that never change a trained phrase model
-NOT_MODEL = ("enabled", "datasets", "variants", "variant_overrides", "variant_datasets", "encode_batch_size",
-             "torch_threads", "device", "index", "index_variants", "nprobe", "dump_max_len", "dump_stride",
-             "dump_codec", "filter", "search", "qs", "qg", "timing", "rc_datasets", "dsmall", "log_every",
-             "c3_datasets", "train_sample", "max_test_questions")
 
 
 def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, Any]:

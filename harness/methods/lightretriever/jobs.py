@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.methods.base import Context, training_keys, wants_gpu
+from harness.methods.base import Context, affects, training_keys, wants_gpu
 from harness.methods.lightretriever import measure
 from harness.methods.lightretriever.index import build_index
 from harness.methods.lightretriever.search import Searcher
 from harness.methods.lightretriever.settings import (
     NAME,
-    NOT_MODEL,
     check,
     eval_datasets,
     model_id,
@@ -29,12 +28,10 @@ from harness.job import Job, Ref
 
 
 def _train_keys(cfg: Mapping[str, Any], s: Mapping[str, Any], v: str | None) -> tuple[str, ...]:
-    m = f"methods.{NAME}"
-    keys = training_keys(cfg, NAME, exclude=NOT_MODEL)
-    keys += tuple(f"{m}.instructions.{k}" for k in s["train_datasets"])
+    keys = training_keys(cfg, NAME, at={"instructions": s["train_datasets"]})
     keys += tuple(f"datasets.{k}" for k in s["train_datasets"])
     if v is not None:
-        keys += (f"{m}.variant_overrides", f"{m}.variants.{v}")
+        keys += affects(NAME, "model.variant", at={"variants": v})
         if s["backbone"] != cfg["methods"][NAME]["backbone"]:
             keys += (f"backbones.{s['backbone']}",)
     return keys
@@ -51,12 +48,10 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
         systems += [f"{NAME}.topk{k}" for k in s["sparse_topk"]]
     if variant is not None and split == "test":
         systems += [f"{mid}-d{d}" for d in s["mrl_dims"] or []]
-    m = f"methods.{name}"
     return Job("search", mid if split == "test" else f"{mid}.{split}", name, "run_search", dataset,
                gpu=wants_gpu(cfg, name), systems=tuple(systems) if split == "test" else (mid,),
                params={"split": split, "variant": variant},
-               keys=("evaluate.depth", f"{m}.instructions.{dataset}", f"{m}.impact_scale", f"{m}.sparse_topk",
-                     f"{m}.q_max_len", f"{m}.variant_systems"),
+               keys=("evaluate.depth", *affects(name, "search", at={"instructions": dataset})),
                inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", mid),
                        "index": Ref("index", mid, dataset)})
 
@@ -81,8 +76,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
         jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"variant": v}, inputs=data,
                         keys=_train_keys(cfg, vs, v), mem_mb=8000))
         jobs.append(Job("index", mid, name, "build", gpu=gpu, params={"variant": v, "sparse": needs_sparse(s, v)},
-                        keys=(f"{m}.index", f"{m}.p_max_len", f"{m}.impact_scale", f"{m}.sparse_topk",
-                              f"{m}.variant_systems"),
+                        keys=affects(name, "index"),
                         inputs={"data": Ref("data"), "model": Ref("model", mid)}, mem_mb=8000))
         kinds = systems_of(s, v)
         for d in eval_datasets(s, variant=v is not None):
@@ -90,7 +84,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
             if "hybrid" in kinds:
                 wd, wsp = (float(x) for x in s["hybrid_weights"])
                 jobs.append(fusion_job(kinds["hybrid"], name, d, [kinds["dense"], kinds["sparse"]], "interpolate",
-                                       keys=(f"{m}.hybrid_weights",), alpha=wd / (wd + wsp)))
+                                       keys=affects(name, "search.fusion"), alpha=wd / (wd + wsp)))
     jobs += _fig5_jobs(cfg, s)
     sp = s["speed"]
     if sp["dataset"]:
@@ -99,7 +93,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
         bs = [f"{NAME}.speed-bs{b}" for b in sp["batch_sizes"]]
         shapes = [f"{NAME}.speed-{sh}-bs{b}" for sh in sp["shapes"] for b in sp["shape_batch_sizes"]]
         jobs.append(Job("measure", f"{NAME}.speed", name, "measure_speed", sp["dataset"], systems=(*bs, *shapes),
-                        keys=(f"{m}.speed", f"{m}.instructions", f"{m}.q_max_len"), mem_mb=12000,
+                        keys=affects(name, "measure.speed"), mem_mb=12000,
                         inputs={"data": Ref("data", dataset=sp["dataset"]), "model": Ref("model", NAME)}))
     return jobs
 

@@ -7,14 +7,14 @@ from typing import Any
 
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
-from harness.methods.base import NOT_TRAINING
+from harness.methods.base import model_fields
 from harness.recording import merged
 
 DEFAULTS = fragment_defaults(__file__, "schema.yaml")
 NAME = "lightretriever"
-#: keys of the section that never change a trained model
-NOT_MODEL = ("variant_datasets", "instructions", "hybrid_weights", "impact_scale", "sparse_topk", "variants",
-             "variant_overrides", "variant_systems", "speed")
+#: what a model's info file records of its settings: the fields that change it (x-affects lists
+#: model) but the instructions, one entry per training set, which its train job's hash covers
+MODEL_SETTINGS = tuple(k for k in model_fields(__file__, "schema.yaml") if k != "instructions")
 SYSTEM_KINDS = ("base", "dense", "sparse", "hybrid")
 
 
@@ -78,7 +78,7 @@ def check(cfg: Mapping[str, Any], s: Mapping[str, Any]) -> None:
 
 
 def train_signature(s: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: s.get(k) for k in sorted(s) if k not in NOT_MODEL + NOT_TRAINING}
+    return {k: s[k] for k in MODEL_SETTINGS if k in s}
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,13 +9,13 @@ from typing import Any
 
 from harness.fusion import fusion_job
 from harness.job import Job, Ref
-from harness.methods.base import Context, training_keys, wants_gpu
+from harness.methods.base import Context, affects, training_keys, wants_gpu
 from harness.methods.qcr.index import code_index, nopos_index, words_index
 from harness.methods.qcr.kmeans import fit_centroids, kmeans_index, kmeans_runs
 from harness.methods.qcr.measure import analysis, efficiency, fig3
 from harness.methods.qcr.search import search_model
-from harness.methods.qcr.settings import NOT_MODEL, check, grid_models, settings, train_signature
-from harness.methods.qcr.train import flag_collapse, train
+from harness.methods.qcr.settings import check, grid_models, settings, train_signature
+from harness.methods.qcr.train import train
 
 
 def model_id(cfg: Mapping[str, Any], variant: str | None) -> str:
@@ -49,11 +49,10 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
         inputs["words_index"] = Ref("index", f"{jid}.words", dataset)
     if main:
         inputs["nopos_index"] = Ref("index", f"{jid}.nopos", dataset)
-    m = f"methods.{name}"
     return Job("search", jid if split == "test" else f"{jid}.{split}", name, "run_search", dataset,
                gpu=wants_gpu(cfg, name), params={"split": split, "variant": variant},
                systems=_systems(jid, full, main) if split == "test" else (jid,), inputs=inputs,
-               keys=("evaluate.depth", f"{m}.rescore_depth", f"{m}.k1", f"{m}.b", f"{m}.q_max_len"))
+               keys=("evaluate.depth", *affects(name, "search")))
 
 
 def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
@@ -78,15 +77,15 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
 def _train_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], models: Mapping[str | None, str]
                 ) -> list[Job]:
     """One train job per distinct model (a variant that trains as the main model shares ``qcr``)."""
-    m, gpu = f"methods.{name}", wants_gpu(cfg, name)
-    keys = training_keys(cfg, name, exclude=NOT_MODEL)
+    gpu = wants_gpu(cfg, name)
+    keys = training_keys(cfg, name)
     data = {"data": Ref("data", dataset=s["train_dataset"])}
     jobs = []
     for v, mid in models.items():
         if v is not None and mid == "qcr":
             continue
-        vkeys = () if v is None else ((f"{m}.variant_overrides", f"{m}.variants.{v}") if v in (s["variants"] or {})
-                                      else (f"{m}.variant_overrides", f"{m}.grid", f"{m}.schedule"))
+        vkeys = () if v is None else (affects(name, "model.variant", at={"variants": v}) if v in (s["variants"] or {})
+                                      else affects(name, "model.grid"))
         jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"variant": v}, inputs=data,
                         keys=(*keys, *vkeys), mem_mb=6000))
     return jobs
@@ -96,8 +95,8 @@ def _model_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], variant
                 models: Mapping[str | None, str], datasets: list[str]) -> list[Job]:
     """Per model: its code index (+ words, + no-position for the main model), and per dataset its
     search job and (full variants) its RRF fusion of codes and words."""
-    m, gpu = f"methods.{name}", wants_gpu(cfg, name)
-    idx_keys = (f"{m}.positional", f"{m}.index", f"{m}.k1", f"{m}.b", f"{m}.p_max_len")
+    gpu = wants_gpu(cfg, name)
+    idx_keys = affects(name, "index")
     jobs = []
     for v in [None, *variants]:
         jid = "qcr" if v is None else f"qcr.{v}"
@@ -117,29 +116,28 @@ def _model_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], variant
                 codes_sys = jid if s["rrf_codes"] == "codes" else f"{jid}{sep}rescore"
                 w = float(s["rrf_weight"])
                 jobs.append(fusion_job(f"{jid}{sep}rrf", name, d, [codes_sys, s["words_system"]], "rrf",
-                                       keys=(f"{m}.rrf_weight", f"{m}.rrf_k", f"{m}.rrf_codes"),
+                                       keys=affects(name, "search.fusion"),
                                        rrf_k=int(s["rrf_k"]), weights=[w, 1.0 - w]))
     return jobs
 
 
 def _kmeans_jobs(name: str, s: Mapping[str, Any], datasets: list[str]) -> list[Job]:
     """The k-means baseline: centroids, its index and words index, one search job per dataset."""
-    m = f"methods.{name}"
     # the backbone key: encoder "backbone" reads it (with encoder dpr, DPR's model hash carries DPR's
     # backbone)
-    kkeys = (f"{m}.kmeans", f"{m}.p_max_len", f"{m}.q_max_len", "seed", f"backbones.{s['backbone']}")
+    kkeys = (*affects(name, "model.kmeans"), "seed", f"backbones.{s['backbone']}")
+    ikeys = (*affects(name, "index.kmeans"), "seed", f"backbones.{s['backbone']}")
     enc = {"encoder": Ref("model", "dpr")} if s["kmeans"]["encoder"] == "dpr" else {}
     data = {"data": Ref("data", dataset=s["train_dataset"])}
     jobs = [Job("train", "qcr.kmeans", name, "train_kmeans", inputs={**data, **enc}, keys=kkeys, mem_mb=6000),
-            Job("index", "qcr.kmeans", name, "build_kmeans", keys=(*kkeys, f"{m}.k1", f"{m}.b"),
+            Job("index", "qcr.kmeans", name, "build_kmeans", keys=ikeys,
                 inputs={"data": Ref("data"), "model": Ref("model", "qcr.kmeans"), **enc}, mem_mb=4000),
-            Job("index", "qcr.kmeans-words", name, "build_words", params={"kmeans": True},
-                keys=(*kkeys, f"{m}.k1", f"{m}.b"),
+            Job("index", "qcr.kmeans-words", name, "build_words", params={"kmeans": True}, keys=ikeys,
                 inputs={"data": Ref("data"), "source": Ref("index", "qcr.kmeans")}, mem_mb=4000)]
     for d in datasets:
         jobs.append(Job("search", "qcr.kmeans", name, "run_kmeans", d,
                         systems=("qcr.kmeans", "qcr.kmeans-words"),
-                        keys=(*kkeys, "evaluate.depth", f"{m}.k1", f"{m}.b"),
+                        keys=(*affects(name, "search.kmeans"), "seed", f"backbones.{s['backbone']}", "evaluate.depth"),
                         inputs={"data": Ref("data", dataset=d), "model": Ref("model", "qcr.kmeans"), **enc,
                                 "index": Ref("index", "qcr.kmeans", d),
                                 "words_index": Ref("index", "qcr.kmeans-words", d)}))
@@ -149,7 +147,6 @@ def _kmeans_jobs(name: str, s: Mapping[str, Any], datasets: list[str]) -> list[J
 def _measure_jobs(name: str, s: Mapping[str, Any], datasets: list[str], models: Mapping[str | None, str],
                   dpr_on: bool) -> list[Job]:
     """The analysis job (Figures 2, A.2, Table 2), Figure 3 (where the grid has models) and efficiency."""
-    m = f"methods.{name}"
     a = s["analysis"]
     ad = a["dataset"] or datasets[0]
     noent = a["noent_variant"] if a["noent_variant"] in (s["variants"] or {}) else None
@@ -161,7 +158,7 @@ def _measure_jobs(name: str, s: Mapping[str, Any], datasets: list[str], models: 
                          "qcr.usage-queries", *((f"qcr.{noent}-usage-docs", f"qcr.{noent}-usage-queries")
                                                 if noent else ()),
                          *(f"qcr.pmi-{i}" for i in range(1, int(a["pmi_codes"]) + 1))),
-                keys=(f"{m}.analysis", f"{m}.usage_threshold", f"{m}.words_system", "seed", f"{m}.q_max_len"),
+                keys=(*affects(name, "measure.analysis"), "seed"),
                 params={"noent": noent},
                 inputs={"data": Ref("data", dataset=ad), "model": Ref("model", "qcr"),
                         "index": Ref("index", "qcr", ad), "bm25": Ref("system", s["words_system"], ad),
@@ -170,14 +167,13 @@ def _measure_jobs(name: str, s: Mapping[str, Any], datasets: list[str], models: 
     if grid:
         jobs.append(Job("measure", "qcr.fig3", name, "measure_fig3", ad,
                         systems=("qcr.fig3", *(f"qcr.fig3-{g.removeprefix('grid-')}" for g in grid)),
-                        keys=(f"{m}.grid", "evaluate.ir_measures"), params={"grid": grid},
+                        keys=(*affects(name, "measure.fig3"), "evaluate.ir_measures"), params={"grid": grid},
                         inputs={"data": Ref("data", dataset=ad),
                                 **{f"run_{g}": Ref("system", f"qcr.{g}", ad) for g in grid}}))
     eff = ("qcr.eff-codes", "qcr.eff-rescore", "qcr.eff-words-index", "qcr.eff-bm25", "qcr.eff-dpr")
     dpr_in = {"dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", ad)} if dpr_on else {}
     jobs.append(Job("measure", "qcr.efficiency", name, "measure_efficiency", ad, systems=eff,
-                    keys=("timing", "evaluate.depth", f"{m}.timing_queries", f"{m}.rescore_depth", f"{m}.k1",
-                          f"{m}.b", "methods.bm25.k1", "methods.bm25.b"),
+                    keys=("timing", "evaluate.depth", *affects(name, "measure.efficiency"), *affects("bm25", "search")),
                     inputs={"data": Ref("data", dataset=ad), "model": Ref("model", "qcr"),
                             "index": Ref("index", "qcr", ad), "words_index": Ref("index", "qcr.words", ad),
                             "bm25_index": Ref("index", "bm25", ad), **dpr_in}))
@@ -191,9 +187,7 @@ def _measure_jobs(name: str, s: Mapping[str, Any], datasets: list[str], models: 
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     v = job.params.get("variant")
     s = settings(ctx.cfg, v)
-    info = train(ctx.cfg, s, inputs["data"], out)
-    flag_collapse(info, s, job.id)
-    return {"variant": v, **info}
+    return {"variant": v, **train(ctx.cfg, s, inputs["data"], out)}
 
 
 def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

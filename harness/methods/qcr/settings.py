@@ -20,12 +20,8 @@ MODEL_FILE = "qcr.pt"              # projection weights and settings beside the 
 ENCODER_DIR = "encoder"
 CENTROIDS = "centroids.npy"
 FSQ_VERSION = "vector-quantize-pytorch==1.32.0"
-#: keys of methods.qcr that never change a trained model
-NOT_MODEL = ("positional", "k1", "b", "rescore_depth", "rrf_weight", "rrf_k", "rrf_codes", "words_system",
-             "usage_threshold", "variants", "variant_overrides", "full_variants", "grid", "kmeans", "analysis",
-             "timing_queries", "chunk_size", "generator")
-#: settings that change a trained model (its identity; variants equal to another model share it)
-TRAIN_KEYS = model_fields(__file__, SCHEMA, NOT_MODEL)
+#: settings that change a trained model (x-affects lists model; its identity: variants equal to another model share it)
+TRAIN_KEYS = model_fields(__file__, SCHEMA)
 _NESTED = ("crop", "generator", "grid", "kmeans", "analysis")
 
 
@@ -84,6 +80,15 @@ def grid_point(s: Mapping[str, Any], name: str) -> tuple[int, int]:
 
 
 def check(s: Mapping[str, Any], where: str = "methods.qcr") -> None:
+    """The section's consistency (the plan checks it once): the model's settings and the variants."""
+    check_model(s, where)
+    unknown = set(s["full_variants"] or []) - set(s["variants"] or {})
+    if unknown:
+        raise ConfigError(f"{where}.full_variants names {sorted(unknown)}, which methods.qcr.variants does not define")
+
+
+def check_model(s: Mapping[str, Any], where: str = "methods.qcr") -> None:
+    """One model's settings (a training checks these only: they are what its hash covers)."""
     for i, st in enumerate(s["schedule"]):
         if int(st["codes"]) + int(s["p_max_len"]) + 3 > 512:
             raise ConfigError(f"{where}.schedule[{i}]: K = {st['codes']} codes + p_max_len {s['p_max_len']} "
@@ -91,6 +96,3 @@ def check(s: Mapping[str, Any], where: str = "methods.qcr") -> None:
     c = s["crop"]
     if c["min_ratio"] > c["max_ratio"]:
         raise ConfigError(f"{where}.crop: min_ratio {c['min_ratio']} > max_ratio {c['max_ratio']}")
-    unknown = set(s["full_variants"] or []) - set(s["variants"] or {})
-    if unknown:
-        raise ConfigError(f"{where}.full_variants names {sorted(unknown)}, which methods.qcr.variants does not define")

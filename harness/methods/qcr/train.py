@@ -15,7 +15,7 @@ from harness.datasets import Doc, store
 from harness.errors import DataError
 from harness.methods.qcr.codebook import usage as usage_stats
 from harness.methods.qcr.model import QCRModel, code_ids, grad_cache_step, qcr_loss
-from harness.methods.qcr.settings import FSQ_VERSION, check, codebook_size, codes_k, train_signature
+from harness.methods.qcr.settings import FSQ_VERSION, check_model, codebook_size, codes_k, train_signature
 from harness.models.runtime import torch_for
 
 
@@ -130,7 +130,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
     :func:`harness.train.train_loop` (one "example" per optimizer step; the step function draws the
     step's batch from :class:`BatchSchedule` and runs :func:`grad_cache_step`)."""
     torch = torch_for(s)
-    check(s)
+    check_model(s)
     seed = cfg["seed"]
     loop.set_seed(seed)
     rng = random.Random(seed)
@@ -180,13 +180,3 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
             "entropy_last": res.get("entropy_last", []), "codebook_size": len(usage), "K": codes_k(s),
             "training_usage": {k_: v for k_, v in u.items() if k_ != "counts"}, "settings": train_signature(s),
             "fsq": FSQ_VERSION, **info}
-
-
-def flag_collapse(info: dict[str, Any], s: Mapping[str, Any], job_id: str) -> None:
-    """A training whose code usage fell below ``usage_threshold`` gets ``info["collapse"]`` and a warning."""
-    u = info.get("training_usage") or {}
-    if u and u.get("perplexity_ratio", 1.0) < s["usage_threshold"]:
-        info["collapse"] = (f"codebook usage during training: perplexity {u['perplexity']:.1f} of |C| = "
-                            f"{info['codebook_size']} ({u['perplexity_ratio']:.3f} < usage_threshold "
-                            f"{s['usage_threshold']})")
-        print(f"WARNING: {job_id}: {info['collapse']}")

@@ -56,7 +56,7 @@ from harness.methods.vdr.model import (CHUNK_TOKENS, HEAD_FILE, MODEL_SETTINGS, 
                                        passage_text, svdr_loss)
 from harness.methods.vdr.scale import PAPER_CELLS, SYNTHETIC_NOTE, paper_figures, scale_measure
 from harness.methods.vdr.search import Encoder, Retriever, search_ablation, search_variants
-from harness.methods.vdr.settings import (DEFAULTS, NOT_MODEL, SCALE_DEFAULTS, SYNTHETIC_DEFAULTS,
+from harness.methods.vdr.settings import (DEFAULTS, SCALE_DEFAULTS, SYNTHETIC_DEFAULTS,
                                           TOKEN_INDEX_KEYS, TRAIN_KEYS, scale_settings, settings,
                                           synthetic_defaults, train_signature)
 from harness.methods.vdr.synthetic import synthetic, synthetic_postings, synthetic_queries, zipf_df
@@ -64,7 +64,7 @@ from harness.methods.vdr.train import NegativeRetriever, train
 
 SCHEMA = "schema.yaml"
 
-__all__ = ["CHUNK_TOKENS", "DEFAULTS", "EMB_INDEX_FILE", "Encoder", "Retriever", "HEAD_FILE", "MODEL_SETTINGS", "NOT_MODEL",
+__all__ = ["CHUNK_TOKENS", "DEFAULTS", "EMB_INDEX_FILE", "Encoder", "Retriever", "HEAD_FILE", "MODEL_SETTINGS",
            "PAPER_CELLS", "SCALE_DEFAULTS", "SCHEMA", "SEARCH_VARIANTS", "SYNTHETIC_DEFAULTS",
            "SYNTHETIC_NOTE", "TOKEN_INDEX_FILE", "TOKEN_INDEX_KEYS", "TRAIN_KEYS", "NegativeRetriever",
            "SparseEmbeddingIndex", "VDREncoder", "VDRModel", "binary_csr", "build_emb", "build_token",

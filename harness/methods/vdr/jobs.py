@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.methods import METHODS
-from harness.methods.base import Context, training_keys, wants_gpu
+from harness.methods.base import Context, affects, training_keys, wants_gpu
 from harness.methods.vdr.index import write_emb_index, write_token_index
 from harness.methods.vdr.measure import (intrain, latency, latency_baselines, latency_rerank,
                                          write_index_metrics)
 from harness.methods.vdr.scale import scale_measure
 from harness.methods.vdr.search import search_ablation, search_variants
-from harness.methods.vdr.settings import (NOT_MODEL, SYNTHETIC_DEFAULTS, TOKEN_INDEX_KEYS, scale_settings,
+from harness.methods.vdr.settings import (SYNTHETIC_DEFAULTS, TOKEN_INDEX_KEYS, scale_settings,
                                           settings, train_signature)
 from harness.methods.vdr.synthetic import synthetic
 from harness.methods.vdr.train import train
@@ -57,21 +57,20 @@ def model_id(cfg: Mapping[str, Any], name: str, ablation: str | None) -> str:
 def _model_jobs(cfg: Mapping[str, Any], name: str, td: str, gpu: bool, tok: str) -> list[Job]:
     """The token index ``<owner>.token``, the model ``<m>``, the embedding index ``<m>.emb`` and the
     ablation models ``<m>.abl-<a>`` that reuse no other model."""
-    m = f"methods.{name}"
     owner = _token_owner(cfg, name)
-    model_keys = training_keys(cfg, name, exclude=NOT_MODEL)
+    model_keys = training_keys(cfg, name)
     jobs = [Job("index", tok, owner, "build_token", inputs={"data": Ref("data")},
-                keys=tuple(f"methods.{owner}.{k}" for k in TOKEN_INDEX_KEYS), mem_mb=4000),
+                keys=affects(owner, "index.token"), mem_mb=4000),
             Job("train", name, name, "train_step", gpu=gpu, keys=model_keys,
                 inputs={"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td),
                         "token_index": Ref("index", tok, td)}),
-            Job("index", f"{name}.emb", name, "build_emb", gpu=gpu, keys=(f"{m}.topk", f"{m}.activate_lexical"),
+            Job("index", f"{name}.emb", name, "build_emb", gpu=gpu, keys=affects(name, "index.emb"),
                 inputs={"data": Ref("data"), "model": Ref("model", name)})]
     for a in cfg["methods"][name].get("ablations") or {}:
         mid = model_id(cfg, name, a)
         if mid.startswith(f"{name}.abl-"):
             jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"ablation": a},
-                            keys=(*model_keys, f"{m}.ablation_overrides", f"{m}.ablations.{a}"),
+                            keys=(*model_keys, *affects(name, "model.ablation", at={"ablations": a})),
                             inputs={"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td),
                                     "token_index": Ref("index", tok, td)}))
     return jobs
@@ -96,7 +95,7 @@ def _ablation_search_jobs(cfg: Mapping[str, Any], name: str, td: str, gpu: bool,
 def _measure_jobs(cfg: Mapping[str, Any], name: str, d: str, gpu: bool, tok: str) -> list[Job]:
     """The efficiency figures on one efficiency dataset: index facts, Table 2 (latency, baselines),
     Table 3 (in-training retrieval), Table 5 (synthetic index), as the section asks."""
-    mc, m = cfg["methods"][name], f"methods.{name}"
+    mc = cfg["methods"][name]
     lat = mc.get("latency") or {}
     jobs = [Job("measure", f"{name}.index", name, "measure_index", d, mem_mb=2000,
                 inputs={"token_index": Ref("index", tok, d), "emb_index": Ref("index", f"{name}.emb", d)},
@@ -104,20 +103,20 @@ def _measure_jobs(cfg: Mapping[str, Any], name: str, d: str, gpu: bool, tok: str
     if lat:
         ldepths = sorted(lat.get("rerank_depths") or [])
         jobs.append(Job("measure", f"{name}.latency", name, "measure_latency", d, gpu=gpu,
-                        keys=("timing", "evaluate.depth", f"{m}.latency"),
+                        keys=("timing", "evaluate.depth", *affects(name, "measure.latency")),
                         inputs={"data": Ref("data", dataset=d), "model": Ref("model", name)},
                         systems=tuple(f"{name}.lat-{r}" for r in
                                       ("full", "alpha", "beta", *(f"beta-m{k}" for k in ldepths)))))
     base = lat.get("baselines") or []
     if base:
         jobs.append(Job("measure", f"{name}.lat-baselines", name, "measure_baselines", d,
-                        keys=("timing", "evaluate.depth", f"{m}.latency.baselines"),
+                        keys=("timing", "evaluate.depth", *affects(name, "measure.lat-baselines")),
                         inputs={"data": Ref("data", dataset=d), "bm25_index": Ref("index", "bm25", d),
                                 "dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", d)},
                         systems=tuple(f"{name}.lat-{b}" for b in base)))
     if mc.get("intrain"):
         jobs.append(Job("measure", f"{name}.intrain", name, "measure_intrain", d,
-                        keys=("timing", f"{m}.intrain", f"{m}.batch_size", f"{m}.retrieval_top_m"),
+                        keys=("timing", *affects(name, "measure.intrain")),
                         inputs={"data": Ref("data", dataset=d), "model": Ref("model", name),
                                 "token_index": Ref("index", tok, d), "bm25_index": Ref("index", "bm25", d),
                                 "dpr_model": Ref("model", "dpr"), "dpr_index": Ref("index", "dpr", d)},
@@ -125,7 +124,7 @@ def _measure_jobs(cfg: Mapping[str, Any], name: str, d: str, gpu: bool, tok: str
     if mc.get("synthetic"):
         syn = {**SYNTHETIC_DEFAULTS, **mc["synthetic"]}
         jobs.append(Job("measure", f"{name}.synthetic", name, "measure_synthetic", d,
-                        keys=("seed", "timing", f"{m}.synthetic"),
+                        keys=("seed", "timing", *affects(name, "measure.synthetic")),
                         systems=(*(f"{name}.synth-a{a}" for a in syn["densities"]),
                                  *(f"{name}.synth-bs{b}" for b in syn["batch_sizes"]))))
     return jobs
@@ -137,7 +136,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     search job per dataset (systems <m>.full|alpha|beta|beta-m<k>), one per ablation model on the
     ablation datasets (<m>.abl-<a>-full|beta), and the efficiency figures on the efficiency datasets."""
     mc = cfg["methods"][name]
-    td, gpu, m = settings(mc, None, name)["train_dataset"], wants_gpu(cfg, name), f"methods.{name}"
+    td, gpu = settings(mc, None, name)["train_dataset"], wants_gpu(cfg, name)
     tok = f"{_token_owner(cfg, name)}.token"
     jobs = _model_jobs(cfg, name, td, gpu, tok)
     jobs += [search_job(cfg, name, d) for d in mc.get("datasets", [])]
@@ -146,8 +145,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
         jobs += _measure_jobs(cfg, name, d, gpu, tok)
     for d in scale_settings(mc)["datasets"]:
         jobs.append(Job("measure", f"{name}.scale", name, "measure_scale", d, mem_mb=10000,
-                        keys=("seed", "timing", "evaluate.depth", f"{m}.scale", f"{m}.batch_size",
-                              f"{m}.retrieval_top_m", f"datasets.{d}"),
+                        keys=("seed", "timing", "evaluate.depth", *affects(name, "measure.scale"), f"datasets.{d}"),
                         systems=tuple(f"{name}.{x}" for x in (
                             "lat-beta", "lat-full", "lat-dpr", "intrain-beta", "intrain-dpr", "intrain-bm25",
                             "index", "index-token", "index-emb"))))
@@ -162,7 +160,7 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
     tok = f"{_token_owner(cfg, name)}.token"
     return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
                gpu=wants_gpu(cfg, name), params={"depths": depths, "split": split},
-               keys=("evaluate.depth", f"methods.{name}.rerank_depths"),
+               keys=("evaluate.depth", *affects(name, "search")),
                inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", name),
                        "token_index": Ref("index", tok, dataset), "emb_index": Ref("index", f"{name}.emb", dataset)},
                systems=tuple(f"{name}.{v}" for v in variants))

@@ -9,16 +9,13 @@ from typing import Any
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
 from harness.recording import merged
-from harness.methods.base import model_fields
+from harness.methods.base import model_fields, schema_fields
 
 SCHEMA = "schema.yaml"
-# Keys that change the binary token index T(D).
-TOKEN_INDEX_KEYS = ("backbone", "p_max_len", "skip_vocab")
-#: keys of the section that never change a trained model
-NOT_MODEL = ("rerank_depths", "ablations", "ablation_overrides", "ablation_datasets", "latency", "intrain",
-             "synthetic", "efficiency_datasets", "scale")
-#: settings that change a trained model (its identity; variants equal to another model share it)
-TRAIN_KEYS = model_fields(__file__, SCHEMA, NOT_MODEL)
+#: keys that change the binary token index T(D) (x-affects lists index.token)
+TOKEN_INDEX_KEYS = schema_fields(__file__, SCHEMA, "index.token")
+#: settings that change a trained model (x-affects lists model; its identity: variants equal to another model share it)
+TRAIN_KEYS = model_fields(__file__, SCHEMA)
 #: defaults of methods.svdr / methods.vdr and of their ``synthetic`` and ``scale`` blocks
 DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
 SYNTHETIC_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "synthetic")

@@ -10,10 +10,10 @@ from typing import Any
 
 from harness.fusion import fusion_job
 from harness.job import Job, Ref
-from harness.methods.base import Context, training_keys
+from harness.methods.base import Context, affects, training_keys
 
 from .model import HashedTfidf, passage_text
-from .settings import NOT_MODEL, settings
+from .settings import settings
 
 
 # --------------------------------------------------------------------------------------------
@@ -25,14 +25,14 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     search job ``toy`` and the fused system ``toy.rrf``."""
     s = settings(cfg["methods"][name])
     jobs = [Job("train", name, name, "fit", inputs={"data": Ref("data", dataset=s["train_dataset"])},
-                keys=training_keys(cfg, name, exclude=NOT_MODEL), mem_mb=1000),
-            Job("index", name, name, "build", keys=(f"methods.{name}.index",), mem_mb=1000,
+                keys=training_keys(cfg, name), mem_mb=1000),
+            Job("index", name, name, "build", keys=affects(name, "index"), mem_mb=1000,
                 inputs={"data": Ref("data"), "model": Ref("model", name)})]
     for d in s.get("datasets", []):
         jobs.append(search_job(cfg, name, d))
         if s["rrf_with"]:
             jobs.append(fusion_job(f"{name}.rrf", name, d, [name, s["rrf_with"]], "rrf",
-                                   keys=(f"methods.{name}.rrf_k",), rrf_k=s["rrf_k"]))
+                                   keys=affects(name, "search.fusion"), rrf_k=s["rrf_k"]))
     return jobs
 
 

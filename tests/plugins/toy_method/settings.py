@@ -1,4 +1,4 @@
-"""The toy's settings: ``methods.toy`` over its schema's defaults; the keys that never change its model."""
+"""The toy's settings: ``methods.toy`` over its schema's defaults; which artifacts each field changes is in the schema (x-affects)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -10,8 +10,6 @@ from harness.recording import merged
 SCHEMA = "schema.yaml"
 #: defaults of methods.toy: written once, in the schema
 DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA)
-#: keys of methods.toy that never change a trained model (besides harness.methods.base.NOT_TRAINING)
-NOT_MODEL = ("rrf_with", "rrf_k")
 
 
 def settings(section: Mapping[str, Any]) -> dict[str, Any]:
