@@ -121,7 +121,12 @@ def validate(data: Any, schema_name: str = "config", source: str = "config") -> 
         allowed = _allowed_keys(err.schema, schema)
         extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
         hints = []
+        renamed = err.schema.get("x-renamed") or {}   # a section's old spellings -> the new ones
         for key in extra:
+            if key in renamed:
+                hints.append(f"{key!r} (renamed: write {renamed[key]!r}; every method spells its variants "
+                             "variants / variant_overrides / variant_datasets)")
+                continue
             close = difflib.get_close_matches(key, allowed, n=1)
             owners = _owners(schema, key) if path.startswith("methods.") else []
             hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")

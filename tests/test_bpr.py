@@ -81,14 +81,14 @@ def test_settings_variants_and_model_sources():
     assert bpr.search_variants(cfg)[:4] == ["bflat", "bhash", "no-rerank", "no-cand"]
     assert "l1000" in bpr.search_variants(cfg)
     s = bpr.settings(cfg, "g0025")
-    assert s["gamma"] == 0.025 and s["max_train_questions"] == cfg["methods"]["bpr"]["train_variant_overrides"]["max_train_questions"]
+    assert s["gamma"] == 0.025 and s["max_train_questions"] == cfg["methods"]["bpr"]["variant_overrides"]["max_train_questions"]
     assert bpr.train_hash(cfg, "g0025") != bpr.train_hash(cfg, "g005")
     assert bpr.train_hash(cfg, "ref") == bpr.train_hash(cfg, "ref")
     with pytest.raises(ConfigError, match="unknown BPR train variant"):
         bpr.settings(cfg, "nope")
     # ref equals the main model once the variants run at the main model's scale
     main = cfg["methods"]["bpr"]
-    cfg2 = load_config([], overrides={"methods": {"bpr": {"train_variant_overrides": {
+    cfg2 = load_config([], overrides={"methods": {"bpr": {"variant_overrides": {
         "max_train_questions": main["max_train_questions"], "epochs": main["epochs"]}}}})
     assert bpr.model_source(cfg2, "ref") == "bpr"
     assert bpr.model_source(cfg2, "g02") == "bpr-variant/g02"

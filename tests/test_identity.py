@@ -50,12 +50,12 @@ def test_a_variant_that_differs_only_in_precision_trains_its_own_model():
     cfg = load_config([])
     for key, value in (("precision", "bf16"), ("grad_accum", 2), ("grad_clip", 0.5)):
         c = copy.deepcopy(cfg)
-        c["methods"]["bpr"]["train_variants"] = {"same": {}, "other": {key: value}}
-        c["methods"]["bpr"]["train_variant_overrides"] = {}
+        c["methods"]["bpr"]["variants"] = {"same": {}, "other": {key: value}}
+        c["methods"]["bpr"]["variant_overrides"] = {}
         assert bpr_model_id(c, "same") == "bpr"
         assert bpr_model_id(c, "other") == "bpr.other", key
-        c["methods"]["svdr"]["ablations"] = {"same": {}, "other": {key: value}}
-        c["methods"]["svdr"]["ablation_overrides"] = {}
+        c["methods"]["svdr"]["variants"] = {"same": {}, "other": {key: value}}
+        c["methods"]["svdr"]["variant_overrides"] = {}
         assert vdr_model_id(c, "svdr", "same") == "svdr"
         assert vdr_model_id(c, "svdr", "other") != "svdr", key
 
@@ -212,3 +212,21 @@ def test_a_field_moves_only_the_artifacts_it_lists():
             assert not wrong, f"methods.{name}.{field} (x-affects {list(table[field])}) moves {wrong}"
             checked += 1
     assert checked >= 40
+
+
+def test_every_method_spells_its_variants_alike_and_an_old_spelling_names_the_new_one():
+    """variants / variant_overrides / variant_datasets in every method with variants; BPR's
+    train_variants and SVDR's ablations fail validation with the new key in the message."""
+    import pytest
+
+    from harness.errors import ConfigError
+    from harness.methods.base import _fragment
+
+    for name in ("bpr", "svdr", "qcr", "lightretriever", "densephrases"):
+        props = _fragment(name)["properties"]
+        assert {"variants", "variant_overrides"} <= set(props), name
+        assert not {"train_variants", "ablations", "ablation_overrides", "train_variant_overrides"} & set(props)
+    for name, old, new in (("bpr", "train_variants", "variants"), ("bpr", "train_variant_overrides", "variant_overrides"),
+                           ("svdr", "ablations", "variants"), ("svdr", "ablation_datasets", "variant_datasets")):
+        with pytest.raises(ConfigError, match=f"'{old}' \\(renamed: write '{new}'"):
+            load_config([], overrides={"methods": {name: {old: {} if "datasets" not in old else []}}})

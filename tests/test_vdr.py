@@ -285,13 +285,13 @@ def test_rerank_reorders_only_the_top_m():
 # ---------------------------------------------------------------- config
 def test_ablation_reuse_and_settings():
     cfg = load_config()
-    cfg["methods"]["svdr"]["ablation_overrides"] = {}
+    cfg["methods"]["svdr"]["variant_overrides"] = {}
     assert vdr.model_id(cfg, "svdr", "ref") == "svdr"
     assert vdr.model_id(cfg, "svdr", "nosp") == "vdr"
     assert vdr.model_id(cfg, "svdr", "m1") == "svdr.abl-m1"
     s = vdr.settings(cfg["methods"]["svdr"], "noneg")
     assert s["hard_negatives"] == 0 and s["batch_size"] == 2 * cfg["methods"]["svdr"]["batch_size"]
-    cfg["methods"]["svdr"]["ablation_overrides"] = {"epochs": 1}
+    cfg["methods"]["svdr"]["variant_overrides"] = {"epochs": 1}
     assert vdr.model_id(cfg, "svdr", "ref") == "svdr.abl-ref"
     with pytest.raises(ConfigError, match="did you mean 'm100'"):
         vdr.settings(cfg["methods"]["svdr"], "m10", "svdr")

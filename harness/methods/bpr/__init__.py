@@ -23,7 +23,7 @@ linear scan (``faiss-binary:BFlat``) or a hash lookup (``hash_index``, e.g. ``BH
 System ids (declared by :func:`declare`): ``bpr.bflat`` / ``bpr.bhash`` (Table 1), ``bpr.no-rerank``
 (hash lookup, Hamming order) and ``bpr.no-cand`` (rerank every passage) (Table 2), ``bpr.l<n>``
 (linear scan with l = n, Table 8), ``bpr.<train variant>`` (one training per setting of
-``train_variants``, Tables 7 and 9), and the DPR baselines on the same passages ``dpr.hnsw``,
+``variants``, Tables 7 and 9), and the DPR baselines on the same passages ``dpr.hnsw``,
 ``dpr.lsh``, ``dpr.pq`` (specs ``dpr_baselines``; vectors read back from DPR's Flat index).
 Index sizes and query times (protocol ``bpr-query-time``) go to metrics files.
 
@@ -58,7 +58,7 @@ __all__ = [
     "SYNTHETIC_NOTE",
     # settings
     "settings", "variant_context", "train_signature", "train_hash", "model_source", "model_id", "search_variants",
-    "train_variants", "dpr_baselines", "efficiency_systems", "scale_settings", "_variant_search", "_check",
+    "variants", "dpr_baselines", "efficiency_systems", "scale_settings", "_variant_search", "_check",
     # model, training, indexes, search, efficiency
     "beta", "bpr_loss", "train", "build_index", "build_binary_index", "build_dpr_baseline", "Searcher",
     "Encoder", "Retriever",

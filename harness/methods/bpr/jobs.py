@@ -59,7 +59,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     for v in variants:
         if model_id(cfg, v) != name:
             jobs.append(Job("train", model_id(cfg, v), name, "train_step", gpu=gpu, params={"variant": v}, inputs=data,
-                            keys=(*model_keys, *affects(name, "model.variant", at={"train_variants": v}))))
+                            keys=(*model_keys, *affects(name, "model.variant", at={"variants": v}))))
     for d in cfg["methods"][name].get("datasets", []):
         jobs.append(search_job(cfg, name, d))
         if baselines:

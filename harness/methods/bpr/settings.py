@@ -32,16 +32,16 @@ _L_VARIANT = re.compile(r"^l(\d+)$")
 
 
 def settings(cfg: Mapping[str, Any], variant: str | None = None) -> dict[str, Any]:
-    """methods.bpr with defaults; for a train variant, ``train_variant_overrides`` and the
+    """methods.bpr with defaults; for a train variant, ``variant_overrides`` and the
     variant's own settings on top (the variant's scale and its change)."""
     base = merged(DEFAULTS, cfg["methods"]["bpr"])
     if variant is None:
         return base
-    variants = base["train_variants"] or {}
+    variants = base["variants"] or {}
     if variant not in variants:
-        raise ConfigError(f"unknown BPR train variant {variant!r}; methods.bpr.train_variants defines: "
+        raise ConfigError(f"unknown BPR train variant {variant!r}; methods.bpr.variants defines: "
                           f"{', '.join(variants) or '(none)'}")
-    return merged(base, base["train_variant_overrides"], variants[variant])
+    return merged(base, base["variant_overrides"], variants[variant])
 
 
 def variant_context(cfg: Mapping[str, Any], variant: str | None, dataset: str | None = None) -> Context:
@@ -63,7 +63,7 @@ def train_hash(cfg: Mapping[str, Any], variant: str | None = None) -> str:
 
 def model_source(cfg: Mapping[str, Any], variant: str) -> str:
     """Folder name under models/ of a train variant: ``bpr`` when its settings equal the main
-    model's (e.g. ``ref`` with empty ``train_variant_overrides``), else ``bpr-variant/<name>``."""
+    model's (e.g. ``ref`` with empty ``variant_overrides``), else ``bpr-variant/<name>``."""
     if train_signature(settings(cfg, variant)) == train_signature(settings(cfg)):
         return "bpr"
     return f"bpr-variant/{variant}"
@@ -82,7 +82,7 @@ def search_variants(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def train_variants(cfg: Mapping[str, Any]) -> list[str]:
-    return list(settings(cfg)["train_variants"] or {})
+    return list(settings(cfg)["variants"] or {})
 
 
 def dpr_baselines(cfg: Mapping[str, Any]) -> dict[str, str]:

@@ -38,7 +38,7 @@ def _token_owner(cfg: Mapping[str, Any], name: str) -> str:
 
 def model_id(cfg: Mapping[str, Any], name: str, ablation: str | None) -> str:
     """Model id of a method's main model or ablation: an ablation whose training settings equal an
-    enabled family method's main model (``ref`` = svdr and ``nosp`` = vdr when ablation_overrides is
+    enabled family method's main model (``ref`` = svdr and ``nosp`` = vdr when variant_overrides is
     empty), or an earlier ablation's, reuses that model."""
     if ablation is None:
         return name
@@ -46,7 +46,7 @@ def model_id(cfg: Mapping[str, Any], name: str, ablation: str | None) -> str:
     for other in _family(cfg):
         if train_signature(settings(cfg["methods"][other], None, other)) == want:
             return other
-    for a in cfg["methods"][name].get("ablations") or {}:
+    for a in cfg["methods"][name].get("variants") or {}:
         if a == ablation:
             break
         if train_signature(settings(cfg["methods"][name], a, name)) == want:
@@ -66,11 +66,11 @@ def _model_jobs(cfg: Mapping[str, Any], name: str, td: str, gpu: bool, tok: str)
                         "token_index": Ref("index", tok, td)}),
             Job("index", f"{name}.emb", name, "build_emb", gpu=gpu, keys=affects(name, "index.emb"),
                 inputs={"data": Ref("data"), "model": Ref("model", name)})]
-    for a in cfg["methods"][name].get("ablations") or {}:
+    for a in cfg["methods"][name].get("variants") or {}:
         mid = model_id(cfg, name, a)
         if mid.startswith(f"{name}.abl-"):
             jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"ablation": a},
-                            keys=(*model_keys, *affects(name, "model.ablation", at={"ablations": a})),
+                            keys=(*model_keys, *affects(name, "model.variant", at={"variants": a})),
                             inputs={"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td),
                                     "token_index": Ref("index", tok, td)}))
     return jobs
@@ -79,9 +79,9 @@ def _model_jobs(cfg: Mapping[str, Any], name: str, td: str, gpu: bool, tok: str)
 def _ablation_search_jobs(cfg: Mapping[str, Any], name: str, td: str, gpu: bool, tok: str) -> list[Job]:
     """One search job per ablation model and ablation dataset (systems <m>.abl-<a>-full|beta)."""
     mc = cfg["methods"][name]
-    ablations = list(mc.get("ablations") or {})
+    ablations = list(mc.get("variants") or {})
     jobs = []
-    for d in (mc.get("ablation_datasets") or [td]) if ablations else []:
+    for d in (mc.get("variant_datasets") or [td]) if ablations else []:
         for a in ablations:
             mid = model_id(cfg, name, a)
             jobs.append(Job("search", f"{name}.abl-{a}", name, "run_ablation_search", d, gpu=gpu,

@@ -23,22 +23,22 @@ SCALE_DEFAULTS: dict[str, Any] = fragment_defaults(__file__, SCHEMA, "scale")
 
 
 def settings(mcfg: Mapping[str, Any], ablation: str | None = None, method: str = "svdr") -> dict[str, Any]:
-    """The method section with defaults filled in; with ``ablation``: plus ``ablation_overrides``
-    (every ablation model) and ``ablations.<name>`` (this one's change)."""
+    """The method section with defaults filled in; with ``ablation``: plus ``variant_overrides``
+    (every ablation model) and ``variants.<name>`` (this one's change)."""
     out = merged(DEFAULTS, mcfg)
-    for key in ("ablations", "ablation_overrides"):  # the ablation machinery: DEFAULTS' value, never the section's
+    for key in ("variants", "variant_overrides"):  # the ablation machinery: DEFAULTS' value, never the section's
         if key in DEFAULTS:
             dict.__setitem__(out, key, merged({"v": DEFAULTS[key]})["v"])
         else:
             dict.pop(out, key, None)
     if ablation is not None:
-        known = mcfg.get("ablations", {})
+        known = mcfg.get("variants", {})
         if ablation not in known:
             close = difflib.get_close_matches(ablation, list(known), n=1)
             raise ConfigError(
                 f"unknown ablation {ablation!r} of methods.{method}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                + f"; config key methods.{method}.ablations defines: {', '.join(known) or 'none'}")
-        out = merged(out, mcfg.get("ablation_overrides"), known[ablation])
+                + f"; config key methods.{method}.variants defines: {', '.join(known) or 'none'}")
+        out = merged(out, mcfg.get("variant_overrides"), known[ablation])
     if out["loss"] not in ("paper", "code-mean4"):
         raise ConfigError(f"methods.{method}.loss must be 'paper' or 'code-mean4', got {out['loss']!r}")
     if out["projection"] not in ("vsearch", "mlm-head"):
