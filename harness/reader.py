@@ -352,8 +352,8 @@ def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
 
 def measure_em(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """Reader EM (and its parameter count) over the top-k passages of each system's run."""
-    from harness.io import write_json
-    from harness.meta import device_info, hardware, versions
+    from harness import figures
+    from harness.meta import device_info
 
     s = settings(ctx.cfg)
     device = "cpu"  # the reader predicts on the CPU (no GPU code path)
@@ -363,18 +363,12 @@ def measure_em(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
         res = results[system]
         sample = (f"a seeded sample of {res['questions']} of {res['test_questions']} test questions"
                   if res["questions"] < res["test_questions"] else f"all {res['questions']} test questions")
-        write_json(out / f"{system}.json", {
-            "system": system, "dataset": job.dataset,
-            "values": {
-                "em": {"value": res["em"], "unit": "ratio", "device": device,
-                       "what": f"reader EM (SQuAD normalisation) over the top {res['top_k']} passages of the run; {sample}"},
-                "reader_params_millions": {"value": res["params"] / 1e6, "unit": "count", "device": device,
-                                           "what": f"parameters of the reader ({s['backbone']}), in millions"},
-            },
-            "reader": {"backbone": s["backbone"], "model": str(inputs["model"]), "run": str(run), "top_k": res["top_k"],
-                       "questions": res["questions"], "test_questions": res["test_questions"]},
-            "seconds": res["seconds"], "device_info": device_info(device), "hardware": hardware(), "versions": versions(),
-            "predictions": res["predictions"][:50],
-        })
+        figures.write(out / f"{system}.json", system, job.dataset, {
+            "em": (res["em"], "ratio", f"reader EM (SQuAD normalisation) over the top {res['top_k']} passages of the run; "
+                                       f"{sample}"),
+            "reader_params_millions": (res["params"] / 1e6, "count", f"parameters of the reader ({s['backbone']}), in millions"),
+        }, device, reader={"backbone": s["backbone"], "model": str(inputs["model"]), "run": str(run), "top_k": res["top_k"],
+                           "questions": res["questions"], "test_questions": res["test_questions"]},
+            seconds=res["seconds"], device_info=device_info(device), predictions=res["predictions"][:50])
         print(f"reader EM {system}/{job.dataset}: {res['em']:.4f} on {res['questions']} questions")
     return {}

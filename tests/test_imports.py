@@ -127,3 +127,17 @@ def test_the_package_has_no_import_circle():
     described = ["  " + " -> ".join(c) + "   (" + "; ".join(f"{a} imports {b}" for a in c for b in sorted(graph[a])
                                                        if b in c) + ")" for c in found]
     assert not found, "import circles:\n" + "\n".join(described)
+
+
+def test_every_name_a_module_exports_exists():
+    """Each name in a module's ``__all__`` is defined there (a renamed function left in ``__all__``
+    breaks ``from module import *`` and every reader of the list)."""
+    import importlib
+
+    missing = []
+    for mod in sorted(import_graph()):
+        if mod.endswith("__main__"):
+            continue
+        m = importlib.import_module(mod)
+        missing += [f"{mod}.{n}" for n in getattr(m, "__all__", []) if not hasattr(m, n)]
+    assert not missing, missing

@@ -1,5 +1,9 @@
 """SimHash fingerprints and near-duplicate search, bit-identical to PyPI ``simhash==2.1.2``.
 
+Size (why one file of ~630 lines): the package's reference algorithm, its vectorised equal and the
+index are kept together so that each fast path sits beside the exact definition it is tested
+against (tests/test_simhash.py compares them value by value).
+
 tDRO's decontamination (followed by LightRetriever) hashes every query with
 ``Simhash(format_query(q))`` using the package defaults and calls a training query a
 duplicate when ``SimhashIndex(test, k=2).get_near_dups`` finds any test query. This

@@ -1,5 +1,10 @@
 """Binary token index T(D) for SVDR beta search (index spec ``token-csr``).
 
+Size (why one file of ~1,100 lines): the layout, the compiled kernel and the class that builds,
+saves and searches the index share private invariants (block size, the frequent-token split, the
+aligned lane buffers, the posting dtype) that a split would turn into a public interface between
+two modules; the file is cut into the sections kernel / helpers / index / backend.
+
 Each passage is the *set* of its token ids: T(d)[v] = 1 when token v occurs in d (SVDR eq. 2).
 Beta search scores a sparse vocabulary-space query E(q) against every passage,
 ``<E(q), T(d)>`` = the sum of the query's weights over the tokens the passage contains, and

@@ -58,7 +58,7 @@ __all__ = [
     "SYNTHETIC_NOTE",
     # settings
     "settings", "variant_context", "train_signature", "train_hash", "model_source", "model_id", "search_variants",
-    "variants", "dpr_baselines", "efficiency_systems", "scale_settings", "_variant_search", "_check",
+    "train_variants", "dpr_baselines", "efficiency_systems", "scale_settings", "_variant_search", "_check",
     # model, training, indexes, search, efficiency
     "beta", "bpr_loss", "train", "build_index", "build_binary_index", "build_dpr_baseline", "Searcher",
     "Encoder", "Retriever",

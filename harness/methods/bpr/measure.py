@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import figures
 from harness.datasets import store
 from harness.methods import dpr
 from harness.methods.base import Context
@@ -39,7 +40,7 @@ def efficiency(cfg: Mapping[str, Any], dataset: str, *, dpr_model: Path, bpr_mod
     import faiss
 
     from harness.indexes.faiss_binary import binarize
-    from harness.meta import device_info, hardware, versions
+    from harness.meta import device_info
     from harness.timing import PROTOCOLS, summarize
 
     protocol = PROTOCOLS.get("bpr-query-time")
@@ -67,17 +68,11 @@ def efficiency(cfg: Mapping[str, Any], dataset: str, *, dpr_model: Path, bpr_mod
     out = {}
     for name, (sys_, _, _) in systems.items():
         summ = summarize(samples[name], protocol.trim)
-        out[name] = {
-            "system": name, "dataset": dataset,
-            "values": {
-                "index_bytes": {"value": sys_.index_file.stat().st_size, "unit": "B", "device": device,
-                                "what": f"size of {sys_.index_file.name} written by faiss"},
-                "query_ms": {"value": summ["mean"] * 1e3, "unit": "ms", "device": device,
-                             "what": "search only, one question per call, encoding excluded; mean over questions x repeats"},
-            },
-            "protocol": protocol.name, "inside_timer": protocol.inside_timer["search"], "repeats": repeats,
-            "questions": len(queries), "k": k, "summary_ms": {a: (b * 1e3 if a != "n" else b) for a, b in summ.items()},
-            "faiss_threads": faiss.omp_get_max_threads(), "device_info": device_info(device),
-            "hardware": hardware(), "versions": versions(),
-        }
+        out[name] = figures.record(name, dataset, {
+            "index_bytes": (sys_.index_file.stat().st_size, "B", f"size of {sys_.index_file.name} written by faiss"),
+            "query_ms": (summ["mean"] * 1e3, "ms",
+                         "search only, one question per call, encoding excluded; mean over questions x repeats"),
+        }, device, protocol=protocol.name, inside_timer=protocol.inside_timer["search"], repeats=repeats,
+            questions=len(queries), k=k, summary_ms={a: (b * 1e3 if a != "n" else b) for a, b in summ.items()},
+            faiss_threads=faiss.omp_get_max_threads(), device_info=device_info(device))
     return out

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError
+from harness.figures import record
 from harness.io import write_json
 from harness.methods.base import Context
 from harness.methods.bpr.settings import scale_settings, settings
@@ -103,7 +104,7 @@ class _ScaleRun:
     @classmethod
     def start(cls, cfg: Mapping[str, Any], sc: Mapping[str, Any], dataset: str, faiss_threads: int) -> _ScaleRun:
         from harness.datasets import synthetic as syn
-        from harness.meta import device_info, hardware, timing_gpu, versions
+        from harness.meta import device_info, timing_gpu
         from harness.timing import PROTOCOLS
 
         protocol = PROTOCOLS.get("bpr-query-time")
@@ -114,8 +115,7 @@ class _ScaleRun:
         gpu, gpu_why = timing_gpu(cfg)
         common = {"payload": SYNTHETIC_NOTE, "passages": n, "dim": d, "protocol": protocol.name, "repeats": repeats,
                   "inside_timer": protocol.inside_timer["search"], "questions": n_q, "k": k, "n_candidates": l_cand,
-                  "seed": cfg["seed"], "faiss_threads": faiss_threads, "device_info": device_info("cpu"),
-                  "hardware": hardware(), "versions": versions()}
+                  "seed": cfg["seed"], "faiss_threads": faiss_threads, "device_info": device_info("cpu")}
         return cls(dataset, n, d, k, l_cand, n_q, repeats, protocol.trim, gpu, gpu_why, common)
 
     def size_of(self, save: Callable[[Path], Any]) -> int:
@@ -166,9 +166,8 @@ class _ScaleRun:
                                      **({"kind": "projected"} if proj else {})}
         else:
             nr["query_ms_cuda"] = self.gpu_why
-        self.figures[system] = {"system": system, "dataset": self.dataset, "values": vals, "not_run": nr, "spec": spec,
-                                "indexed_passages": nf, "scale_factor": f, "raw_samples_seconds": samples, **extra,
-                                **self.common}
+        self.figures[system] = record(system, self.dataset, vals, not_run=nr, spec=spec, indexed_passages=nf,
+                                              scale_factor=f, raw_samples_seconds=samples, **extra, **self.common)
         _say(f"{system}: {vals['index_bytes']['value'] / 1e9:.2f} GB, {vals['query_ms']['value']:.2f} ms/question"
              + (" (projected)" if proj else ""))
 

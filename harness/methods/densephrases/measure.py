@@ -15,15 +15,7 @@ from harness.methods.densephrases.search import load_phrase_index
 from harness.methods.densephrases.settings import ANSWERS, DUMP_DIR, NAME, em_of, prepare, settings
 from harness.job import Job
 from harness.recording import RecordingDict, recording, snapshot
-
-
-def _metric(system: str, dataset: str, values: Mapping[str, tuple[float, str, str]], device: str = "cpu",
-            not_run: Mapping[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-    from harness.meta import hardware
-
-    return {"system": system, "dataset": dataset,
-            "values": {k: {"value": v, "unit": u, "device": device, "what": w} for k, (v, u, w) in values.items()},
-            "not_run": dict(not_run or {}), "hardware": hardware(), **extra}
+from harness.figures import record as _metric
 
 
 def _rule_text(rule: str) -> str:

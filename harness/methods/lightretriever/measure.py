@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import figures
 from harness.datasets import store
 from harness.errors import ConfigError
 from harness.methods.lightretriever.model import LightModel
@@ -36,7 +37,6 @@ def fig5(cfg: Mapping[str, Any], job: Any, inputs: Mapping[str, Path], out: Path
     document (top-k of the main model), evaluated as the evaluate stage does; points smallest first
     (``lightretriever.fig5-dense-<i>``, ``-sparse-<i>``) and ``fig5.png``."""
     from harness.evaluate.cli import evaluate_run
-    from harness.io import write_json
 
     measure, d = "nDCG@10", str(job.dataset)
     curves: dict[str, list[tuple[int, float]]] = {}
@@ -50,11 +50,9 @@ def fig5(cfg: Mapping[str, Any], job: Any, inputs: Mapping[str, Path], out: Path
             curves.setdefault(kind, []).append((size or 0, v))
             what = (f"{measure} of {sid}: " + (f"first {size} dims (MRL)" if kind == "dense" and size else
                                                "all dims" if kind == "dense" else f"top {size} terms per document"))
-            write_json(out / f"{NAME}.fig5-{kind}-{i}.json", {
-                "system": f"{NAME}.fig5-{kind}-{i}", "dataset": d, "source_system": sid,
-                "values": {"ndcg10": {"value": v, "unit": "ratio", "device": "cpu", "what": what},
-                           "topk": {"value": float(size or 0), "unit": "count", "device": "cpu",
-                                    "what": "dims or terms kept (0: all dims)"}}})
+            figures.write(out / f"{NAME}.fig5-{kind}-{i}.json", f"{NAME}.fig5-{kind}-{i}", d, {
+                "ndcg10": (v, "ratio", what), "topk": (float(size or 0), "count", "dims or terms kept (0: all dims)")},
+                source_system=sid)
     _plot_fig5(curves, measure, f"LightRetriever Figure 5, {cfg['profile']}, {d}", out / "fig5.png")
     return {"figures": ["fig5.png"]}
 
@@ -87,7 +85,6 @@ def _plot_fig5(curves: Mapping[str, list[tuple[int, float]]], measure: str, titl
 def _write_speed(path: Path, system: str, row: Mapping[str, Any], shape: str, *, dataset: str, note: str,
                  gpu: bool, no_gpu: str) -> None:
     """One Table 1 row as a measure file: its values, and why the others were not run."""
-    from harness.io import write_json
 
     vals: dict[str, Any] = {}
     not_run: dict[str, str] = {}
@@ -107,10 +104,9 @@ def _write_speed(path: Path, system: str, row: Mapping[str, Any], shape: str, *,
         if key.startswith(("full_gpu", "speedup_gpu")) and row.get("full_gpu_kind") == "projected":
             e["kind"] = "projected"
         vals[name] = e
-    write_json(path / f"{system}.json", {"system": system, "dataset": dataset, "values": vals, "not_run": not_run,
-                                         "queries_note": note, "shape": shape, "batch_size": row.get("batch_size"),
-                                         "tokens": row.get("tokens"), "bytes_read": row.get("bytes_read"),
-                                         "bandwidth_bytes_per_s": row.get("bandwidth")})
+    figures.write(path / f"{system}.json", system, dataset, vals, not_run=not_run, queries_note=note, shape=shape,
+                  batch_size=row.get("batch_size"), tokens=row.get("tokens"), bytes_read=row.get("bytes_read"),
+                  bandwidth_bytes_per_s=row.get("bandwidth"))
 
 
 def speed(cfg: Mapping[str, Any], job: Any, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

@@ -34,12 +34,7 @@ from harness.methods.qcr.search import distance_matrix, encode_queries, first_st
 from harness.methods.qcr.settings import CODES_FILE, codebook_size, codes_k, grid_point, settings
 from harness.runs import read_run
 from harness.timing import PROTOCOLS, run_protocol
-
-
-def _metric(system: str, dataset: str, values: Mapping[str, tuple[float, str, str]], **extra: Any) -> dict[str, Any]:
-    return {"system": system, "dataset": dataset,
-            "values": {k: {"value": v, "unit": u, "device": "cpu", "what": w} for k, (v, u, w) in values.items()},
-            **extra}
+from harness.figures import record as _metric
 
 
 def _usage_values(u: Mapping[str, Any], threshold: float) -> dict[str, tuple[float, str, str]]:

@@ -13,14 +13,15 @@ import numpy as np
 
 from harness.datasets import store
 from harness.indexes.sparse_csr import SparseEmbeddingIndex
-from harness.io import read_json, write_json
-from harness.meta import folder_bytes, git_commit, hardware, read_meta, resolve_device, timing_gpu, versions
+from harness.io import read_json
+from harness.meta import folder_bytes, read_meta, resolve_device, timing_gpu
 from harness.methods.base import Context
 from harness.methods.vdr.index import build_token_index, load_token_index
 from harness.methods.vdr.model import VDRModel, passage_text
 from harness.methods.vdr.settings import settings
 from harness.job import Job
 from harness.timing import PROTOCOLS, run, summarize, time_calls
+from harness.figures import value, write
 
 # SVDR efficiency figures as metrics JSON (``results/<profile>/metrics/<dataset>/<system>.json``).
 #
@@ -54,22 +55,15 @@ from harness.timing import PROTOCOLS, run, summarize, time_calls
 #   ``synthetic.passages`` passages with ``a`` distinct tokens each (Zipf-like document frequencies,
 #   synthetic.py), queries with ``query_active`` weighted dimensions; latency per
 #   batch and per query of the top-``k`` beta search, bytes on disk and in memory.
-def _v(value: float, unit: str, device: str | None = None, projected: bool = False) -> dict[str, Any]:
-    """A figure; ``projected``: scaled from a measured fraction (timed batches x the test set's
-    batches, a corpus sample x the corpus), rendered as projected, never as measured."""
-    out: dict[str, Any] = {"value": float(value), "unit": unit}
-    if device:
-        out["device"] = device
-    if projected:
-        out["kind"] = "projected"
-    return out
+def _v(v: float, unit: str, device: str | None = None, projected: bool = False) -> dict[str, Any]:
+    """A figure (:func:`harness.figures.value`); ``projected``: scaled from a measured fraction
+    (timed batches x the test set's batches, a corpus sample x the corpus)."""
+    return value(float(v), unit, device=device, projected=projected)
 
 
 def _write(path: Path, system: str, dataset: str | None, values: Mapping[str, Any], not_run: Mapping[str, str],
            **extra: Any) -> Path:
-    write_json(path, {"system": system, "dataset": dataset, "values": dict(values), "not_run": dict(not_run),
-                      **extra, "hardware": hardware(), "versions": versions(), "git_commit": git_commit()})
-    return path
+    return write(path, system, dataset, values, not_run=not_run, **extra)
 
 
 def _protocol(cfg: Mapping[str, Any]):
