@@ -13,8 +13,10 @@ def fresh(cfg):
     return hp.get(cfg)
 
 
-def moved(cfg, change, method=None):
-    """(stage, id) of the concrete jobs (of ``method``, or all) whose hash moves when ``change(cfg)`` is applied."""
+def moved(cfg, change, method=None, directly=False):
+    """(stage, id) of the concrete jobs (of ``method``, or all) whose hash moves when ``change(cfg)`` is
+    applied; ``directly``: only those whose inputs' hashes do not move (the jobs that hash the
+    changed setting themselves)."""
     a = fresh(cfg)
     other = copy.deepcopy(cfg)
     change(other)
@@ -24,9 +26,9 @@ def moved(cfg, change, method=None):
         for j in a.concrete(stage):
             if method is not None and j.method != method:
                 continue
-            if j.dataset is None or (stage, j.id, j.dataset) in b.jobs or b.jobs.get((stage, j.id, None)):
-                if a.hash(j) != b.hash(b.job(stage, j.id, j.dataset)):
-                    out.add((stage, j.id))
+            jb = b.jobs.get((stage, j.id, j.dataset)) or (b.jobs.get((stage, j.id, None)) and b.job(stage, j.id, j.dataset))
+            if jb and a.hash(j) != b.hash(jb) and not (directly and a.input_hashes(j) != b.input_hashes(jb)):
+                out.add((stage, j.id))
     return out
 
 
@@ -168,24 +170,6 @@ def _changed(v):
     return None
 
 
-def _moved_directly(cfg, change, method):
-    """(stage, id) of ``method``'s concrete jobs whose hash moves under ``change`` while their inputs'
-    hashes do not: the jobs that hash the changed setting themselves."""
-    a = fresh(cfg)
-    other = copy.deepcopy(cfg)
-    change(other)
-    b = fresh(other)
-    out = set()
-    for stage in hp.STAGES:
-        for j in a.concrete(stage):
-            if j.method != method:
-                continue
-            jb = b.jobs.get((stage, j.id, j.dataset)) or (b.jobs.get((stage, j.id, None)) and b.job(stage, j.id, j.dataset))
-            if jb and a.hash(j) != b.hash(jb) and a.input_hashes(j) == b.input_hashes(jb):
-                out.add((stage, j.id))
-    return out
-
-
 def test_a_field_moves_only_the_artifacts_it_lists():
     """For every scalar field the smoke config sets, the jobs whose hash moves by the change itself
     (not through an input) are jobs of the stages its x-affects names (nprobe moves searches, not
@@ -204,7 +188,7 @@ def test_a_field_moves_only_the_artifacts_it_lists():
             if new is None or field not in table:
                 continue
             try:
-                got = _moved_directly(cfg, lambda c: c["methods"][name].__setitem__(field, new), name)
+                got = moved(cfg, lambda c: c["methods"][name].__setitem__(field, new), name, directly=True)
             except (ConfigError, ValueError, KeyError):
                 continue  # the changed value is not a legal setting of this field
             stages = {STAGE_OF[t.split(".")[0]] for t in table[field] if t != "runtime"}
