@@ -89,9 +89,9 @@ def _corpus_from_jsonl_gz(path: Path) -> Iterator[Doc]:
 
 
 def _corpus_from_ir_datasets(name: str) -> Iterator[Doc]:
-    import ir_datasets
+    from harness.datasets import irds
 
-    for d in ir_datasets.load(f"beir/{name}").docs_iter():
+    for d in irds.load(f"beir/{name}").docs_iter():
         yield Doc(d.doc_id, getattr(d, "title", "") or "", d.text)
 
 

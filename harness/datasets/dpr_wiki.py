@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.datasets import Doc, Query, catalog, store
+from harness.datasets import irds
 from harness.datasets.common import (
     card_key,
     check_count,
@@ -34,31 +35,20 @@ from harness.datasets.common import (
     write_issues,
 )
 from harness.datasets.subset import required_ids, subset_docs
-from harness.errors import DataError, DependencyError
+from harness.errors import DataError
 
 CORPUS_CARD = "dpr-w100"
 
 
-def _irds(dataset_id: str):
-    try:
-        import ir_datasets
-    except ImportError:
-        raise DependencyError("ir_datasets is not installed", fix="pip install ir_datasets==0.6.3") from None
-    try:
-        return ir_datasets.load(dataset_id)
-    except KeyError:
-        raise DataError(f"ir_datasets has no dataset {dataset_id!r}") from None
-
-
 def corpus_docs() -> Iterator[Doc]:
     """DPR's 100-word passages (title, text), streamed."""
-    for d in _irds(catalog.card(CORPUS_CARD)["corpus"]["id"]).docs_iter():
+    for d in irds.load(catalog.card(CORPUS_CARD)["corpus"]["id"]).docs_iter():
         yield Doc(str(d.doc_id), d.title or "", d.text)
 
 
 def irds_split(dataset_id: str) -> tuple[list[Query], dict[str, list[str]]]:
     """Questions with answers and gold passages, and each question's hard negatives (relevance 0)."""
-    ds = _irds(dataset_id)
+    ds = irds.load(dataset_id)
     gold: dict[str, list[str]] = {}
     negatives: dict[str, list[str]] = {}
     for q in ds.qrels_iter():

@@ -16,7 +16,9 @@ from harness.datasets import Doc, Query, store
 from harness.errors import DataError, DependencyError
 
 
-def _load(dataset_id: str):
+def load(dataset_id: str):
+    """``ir_datasets.load(dataset_id)``: the one loader of the harness (every family that reads
+    ir_datasets comes here), with a missing package or an unknown id as a one-line error."""
     try:
         import ir_datasets
     except ImportError:
@@ -24,7 +26,7 @@ def _load(dataset_id: str):
     try:
         return ir_datasets.load(dataset_id)
     except KeyError:
-        raise DataError(f"ir_datasets has no dataset {dataset_id!r} (config key datasets.*.id)") from None
+        raise DataError(f"ir_datasets has no dataset {dataset_id!r} (config key datasets.*.id or a dataset card)") from None
 
 
 def _docs(ds) -> Iterator[Doc]:
@@ -47,13 +49,13 @@ def _queries(ds) -> tuple[list[Query], dict[str, dict[str, int]]]:
 
 
 def prepare(key: str, dcfg: Mapping[str, Any], cfg: Mapping[str, Any], out: Path) -> dict[str, Any]:
-    test = _load(dcfg["id"])
+    test = load(dcfg["id"])
     n_docs = store.write_corpus(out, _docs(test))
     queries, qrels = _queries(test)
     counts = {"test": store.write_queries(out, "test", queries)}
     if qrels:
         store.write_qrels(out / store.QRELS, qrels)
     if dcfg.get("train_id"):
-        train_q, _ = _queries(_load(dcfg["train_id"]))
+        train_q, _ = _queries(load(dcfg["train_id"]))
         counts["train"] = store.write_queries(out, "train", train_q)
     return {"documents": n_docs, "queries": counts, "source": {"ir_datasets": [dcfg["id"], dcfg.get("train_id")]}}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.datasets import Doc, catalog, store
+from harness.datasets import irds
 from harness.datasets.common import (
     card_key,
     check_count,
@@ -27,17 +28,12 @@ from harness.datasets.common import (
     write_issues,
 )
 from harness.datasets.subset import required_ids, subset_docs
-from harness.errors import DependencyError
 
 CORPUS_CARD = "kilt-wikipedia"
 
 
 def corpus_docs() -> Iterator[Doc]:
-    try:
-        import ir_datasets
-    except ImportError:
-        raise DependencyError("ir_datasets is not installed", fix="pip install ir_datasets==0.6.3") from None
-    for d in ir_datasets.load(catalog.card(CORPUS_CARD)["corpus"]["id"]).docs_iter():
+    for d in irds.load(catalog.card(CORPUS_CARD)["corpus"]["id"]).docs_iter():
         yield Doc(str(d.doc_id), d.title or "", d.text)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.datasets import Doc, Query, catalog, store
+from harness.datasets import irds
 from harness.datasets.classic import topics_and_qrels
 from harness.datasets.common import (
     card_key,
@@ -30,27 +31,18 @@ from harness.datasets.common import (
 )
 from harness.datasets.readers import Issues, Qrels, check_qrels_docs, keep_judged, read_qrels, read_queries
 from harness.datasets.subset import required_ids, subset_docs
-from harness.errors import DependencyError
 
 IRDS_CORPUS = "msmarco-passage"
 
 
-def _irds(dataset_id: str):
-    try:
-        import ir_datasets
-    except ImportError:
-        raise DependencyError("ir_datasets is not installed", fix="pip install ir_datasets==0.6.3") from None
-    return ir_datasets.load(dataset_id)
-
-
 def irds_docs(dataset_id: str = IRDS_CORPUS) -> Iterator[Doc]:
     """The collection, streamed (ir_datasets downloads and verifies it on first use)."""
-    for d in _irds(dataset_id).docs_iter():
+    for d in irds.load(dataset_id).docs_iter():
         yield Doc(str(d.doc_id), getattr(d, "title", "") or "", d.text)
 
 
 def _train_split(ckey: str, csplit: str, issues: Issues) -> tuple[list[Query], Qrels]:
-    ds = _irds(catalog.split_entry(ckey, csplit)["id"])
+    ds = irds.load(catalog.split_entry(ckey, csplit)["id"])
     qrels: Qrels = {}
     for q in ds.qrels_iter():
         if q.relevance > 0:
@@ -74,7 +66,7 @@ def _negatives(query_ids: set[str], per_query: int) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if not per_query or not query_ids:
         return out
-    for pair in _irds("msmarco-passage/train/triples-small").docpairs_iter():
+    for pair in irds.load("msmarco-passage/train/triples-small").docpairs_iter():
         if pair.query_id in query_ids:
             lst = out.setdefault(pair.query_id, [])
             if len(lst) < per_query and pair.doc_id_b not in lst:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.datasets import Query, catalog, store
+from harness.datasets import irds
 from harness.datasets.common import card_key, issues_for, sample_queries, subset_settings, write_issues
 from harness.datasets.readers import Issues, iter_lines
-from harness.errors import DataError, DependencyError
+from harness.errors import DataError
 
 SPLIT = "train"
 
@@ -49,11 +50,7 @@ def read_st_jsonl(path: Path, issues: Issues) -> Iterator[Query]:
 
 
 def _irds_queries(dataset_id: str) -> list[Query]:
-    try:
-        import ir_datasets
-    except ImportError:
-        raise DependencyError("ir_datasets is not installed", fix="pip install ir_datasets==0.6.3") from None
-    return [Query(str(q.query_id), q.text) for q in ir_datasets.load(dataset_id).queries_iter()]
+    return [Query(str(q.query_id), q.text) for q in irds.load(dataset_id).queries_iter()]
 
 
 def prepare(key: str, dcfg: Mapping[str, Any], cfg: Mapping[str, Any], out: Path) -> dict[str, Any]:
