@@ -30,10 +30,11 @@ def git_commit() -> str:
         return "unknown"
 
 
-@lru_cache(maxsize=1)
-def versions() -> dict[str, str]:
+@lru_cache(maxsize=4)
+def versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Python's version and those of :data:`PACKAGES` (and ``extra``) that are installed."""
     out = {"python": platform.python_version()}
-    for pkg in PACKAGES:
+    for pkg in (*PACKAGES, *extra):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

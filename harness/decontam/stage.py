@@ -28,11 +28,8 @@ import argparse
 import csv
 import json
 import os
-import platform
 import re
 import shutil
-import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -44,6 +41,7 @@ import numpy as np
 
 from harness.decontam.simhash import FingerprintIndex, fingerprints, format_query, pool_start_method
 from harness.errors import ConfigError, DataError
+from harness.meta import git_commit, hardware, versions
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _CHUNK_LINES = 100_000
@@ -191,29 +189,6 @@ class _Outputs:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {"python": sys.version.split()[0], "numpy": np.__version__}
-    for pkg in ("simhash", "ir-repro-harness"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def _git_commit() -> str | None:
-    try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if res.returncode != 0:
-        return None
-    return res.stdout.strip() or None
-
-
 def run(
     train_specs: list[tuple[str, Path]],
     test_specs: list[tuple[str, Path]],
@@ -333,9 +308,9 @@ def run(
             "seconds": {"load_tests": round(t_load, 3), "index_tests": round(t_index, 3),
                         "total": round(seconds, 3)},
             "workers": workers,
-            "versions": _versions(),
-            "git_commit": _git_commit(),
-            "hardware": {"cpus": os.cpu_count(), "platform": platform.platform()},
+            "versions": versions(("simhash", "ir-repro-harness")),
+            "git_commit": git_commit(),
+            "hardware": hardware(),
         }
         meta["bytes"] = {rel: (out.tmp / rel).stat().st_size for rel in out.final}
         with open(out.path("meta.json"), "w", encoding="utf-8") as fh:
