@@ -65,11 +65,20 @@ def path(cfg: Mapping[str, Any], ref: Ref) -> Path:
         return R / "runs" / str(ref.dataset) / str(ref.id)
     if k == "metrics":
         return R / "metrics" / str(ref.dataset) / str(ref.id)
+    if k == "eval":  # the evaluation of a search job's runs (written by the evaluate rule)
+        return R / "eval" / str(ref.dataset) / str(ref.id)
     raise ConfigError(f"unknown input kind {k!r} (known: {', '.join(KINDS)})")
 
 
 def output(cfg: Mapping[str, Any], job: Job) -> Path:
     return path(cfg, output_ref(job))
+
+
+def pattern(cfg: Mapping[str, Any], kind: str) -> str:
+    """The output pattern of an artifact kind with Snakemake's wildcards ``{job}`` and ``{dataset}``
+    (``results/smoke/indexes/{job}/{dataset}``): the rules ask for it, so each path is spelled once,
+    in :func:`path`."""
+    return str(path(cfg, Ref(kind, "{job}", "{dataset}")))
 
 
 # --------------------------------------------------------------------------------------------

@@ -64,7 +64,6 @@ def resources(cfg: Mapping[str, Any], stage: str, wc: Any, what: str) -> int:
 def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tuple[str, str]]]:
     """job key -> the (paper, table) pairs whose cells it produces, directly (a search job through its
     evaluation, a measure job) or upstream of them (models, indexes): derived once per plan."""
-    from harness.config import results_root
     from harness.tables.matrix import published, resolve_table
     from harness.tables.published import PAPERS
 
@@ -72,12 +71,9 @@ def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tup
     cached = getattr(p, "_served_tables", None)
     if cached is not None:
         return cached
-    R = results_root(cfg)
     by_output = {}
     for j in p.concrete("search") + p.concrete("measure"):
-        out = hplan.output(cfg, j)
-        if j.stage == "search":
-            out = R / "eval" / out.relative_to(R / "runs")
+        out = hplan.output(cfg, j) if j.stage != "search" else hplan.path(cfg, hplan.Ref("eval", j.id, j.dataset))
         by_output[str(out)] = (j.stage, j.id, j.dataset)
     served: dict[tuple[str, str, str | None], set[tuple[str, str]]] = {}
 
@@ -188,7 +184,7 @@ def all_outputs(cfg: Mapping[str, Any]) -> list[str]:
     """Every evaluation of a test-split search job and every measure job: what ``reproduce_all``
     asks for besides the tables, claims and regression (so every declared system is reached)."""
     p = hplan.get(cfg)
-    R = hplan.results_root(cfg)
-    out = [str(R / "eval" / str(j.dataset) / j.id) for j in p.concrete("search") if j.params.get("split", "test") == "test"]
+    out = [str(hplan.path(cfg, hplan.Ref("eval", j.id, j.dataset))) for j in p.concrete("search")
+           if j.params.get("split", "test") == "test"]
     out += [str(hplan.output(cfg, j)) for j in p.concrete("measure")]
     return sorted(out)

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness.config import REPO, read_yaml, results_root, validate
+from harness.config import REPO, read_yaml, validate
 from harness.tables.published import load_published
 
 MATRIX_DIR = REPO / "configs" / "matrix"
@@ -68,17 +68,16 @@ def locate(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> t
     if dataset not in cfg["datasets"]:
         return [], [], f"dataset {dataset!r} is not in profile {cfg['profile']}"
     p = hplan.get(cfg)
-    R = results_root(cfg)
     if measure.startswith("metric:"):
         jobs = p.metric_jobs(system, dataset)
         if not jobs:
             return [], [], _why(cfg, name, system, dataset, "no measure job writes figures of")
-        dirs = [R / "metrics" / dataset / j.id for j in jobs]
+        dirs = [hplan.output(cfg, j) for j in jobs]
         return [d / f"{system}.json" for d in dirs], dirs, None
     job = p.systems().get((system, dataset))
     if job is None:
         return [], [], _why(cfg, name, system, dataset, "no search job writes")
-    folder = R / "eval" / dataset / job.id
+    folder = hplan.path(cfg, hplan.Ref("eval", job.id, dataset))
     return [folder / f"{system}.json"], [folder], None
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from harness import config as hconfig
+from harness import plan as hplan
 from harness import workflow as hwf
 from harness.errors import HarnessError
 from harness.tables import matrix as hmatrix

@@ -3,7 +3,7 @@ rule data:
     input:
         data_files,
     output:
-        directory(f"{R}/data/{{dataset}}"),
+        directory(hplan.pattern(config, "data")),
     params:
         cfg=CFG,
         h=data_hash,

@@ -17,7 +17,7 @@ rule decontam:
     input:
         decontam_inputs,
     output:
-        directory(f"{R}/decontam"),
+        directory(hplan.pattern(config, "decontam")),
     params:
         cfg=CFG,
         h=decontam_hash,

@@ -3,7 +3,7 @@ rule evaluate:
     input:
         unpack(stage_inputs("evaluate")),
     output:
-        directory(f"{R}/eval/{{dataset}}/{{job}}"),
+        directory(hplan.pattern(config, "eval")),
     wildcard_constraints:
         job=alternation(hwf.ids(config, "evaluate")),
     params:

@@ -3,7 +3,7 @@ rule index:
     input:
         unpack(stage_inputs("index")),
     output:
-        directory(f"{R}/indexes/{{job}}/{{dataset}}"),
+        directory(hplan.pattern(config, "index")),
     wildcard_constraints:
         job=alternation(hwf.ids(config, "index")),
     params:

@@ -3,7 +3,7 @@ rule measure:
     input:
         unpack(stage_inputs("measure")),
     output:
-        directory(f"{R}/metrics/{{dataset}}/{{job}}"),
+        directory(hplan.pattern(config, "metrics")),
     wildcard_constraints:
         job=alternation(hwf.ids(config, "measure")),
     params:

@@ -3,7 +3,7 @@ rule negatives:
     input:
         unpack(negatives_inputs),
     output:
-        f"{R}/negatives/{{dataset}}.jsonl",
+        hplan.pattern(config, "negatives"),
     params:
         cfg=CFG,
         h=negatives_hash,

@@ -3,7 +3,7 @@ rule search:
     input:
         unpack(stage_inputs("search")),
     output:
-        directory(f"{R}/runs/{{dataset}}/{{job}}"),
+        directory(hplan.pattern(config, "run")),
     wildcard_constraints:
         job=alternation(hwf.ids(config, "search")),
     params:

@@ -3,7 +3,7 @@ rule train:
     input:
         unpack(stage_inputs("train")),
     output:
-        directory(f"{R}/models/{{job}}"),
+        directory(hplan.pattern(config, "model")),
     wildcard_constraints:
         job=alternation(hwf.ids(config, "train")),
     params:
