@@ -121,14 +121,15 @@ def test_bench_numerics_sums_job_seconds_by_stage(tmp_path):
     """`bench numerics` attributes time to stages from Snakemake's benchmark files."""
     from harness.bench.numerics import stage_seconds
 
-    head = "s\th:m:s\tmax_rss\tmax_vms\n"
+    head = "s\th:m:s\tmax_rss\tmax_vms\tcpu_time\n"
     (tmp_path / "train").mkdir()
-    (tmp_path / "train" / "dpr.tsv").write_text(head + "12.5\t0:00:12\t100\t200\n")
-    (tmp_path / "train" / "qcr.tsv").write_text(head + "7.5\t0:00:07\t100\t200\n")
+    (tmp_path / "train" / "dpr.tsv").write_text(head + "12.5\t0:00:12\t100\t200\t20.0\n")
+    (tmp_path / "train" / "qcr.tsv").write_text(head + "7.5\t0:00:07\t100\t200\t7.0\n")
     (tmp_path / "search" / "bm25").mkdir(parents=True)
-    (tmp_path / "search" / "bm25" / "scifact.tsv").write_text(head + "3.0\t0:00:03\tNA\tNA\n")
-    (tmp_path / "report.tsv").write_text(head + "1.0\t0:00:01\t1\t1\n" + "x\t-\t-\t-\n")
+    (tmp_path / "search" / "bm25" / "scifact.tsv").write_text(head + "3.0\t0:00:03\tNA\tNA\t2.5\n")
+    (tmp_path / "report.tsv").write_text(head + "1.0\t0:00:01\t1\t1\t0.5\n" + "x\t-\t-\t-\t-\n")
     assert stage_seconds(tmp_path) == {"train": 20.0, "search": 3.0, "report": 1.0}
+    assert stage_seconds(tmp_path, "cpu_time") == {"train": 27.0, "search": 2.5, "report": 0.5}
     assert stage_seconds(tmp_path / "absent") == {}
 
 

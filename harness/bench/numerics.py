@@ -37,16 +37,17 @@ from harness.errors import ConfigError
 from harness.numerics import MODES, PORTABLE_ENV
 
 
-def stage_seconds(bench_dir: Path) -> dict[str, float]:
-    """Sum of the ``s`` column of Snakemake's benchmark files under ``bench_dir``, by stage
-    (its first-level folder; a file directly under it is its own stage)."""
+def stage_seconds(bench_dir: Path, column: str = "s") -> dict[str, float]:
+    """Sum of a column of Snakemake's benchmark files under ``bench_dir`` (``s``: the jobs' own
+    wall seconds; ``cpu_time``: their CPU seconds, which another load on the machine inflates far
+    less), by stage (its first-level folder; a file directly under it is its own stage)."""
     out: dict[str, float] = defaultdict(float)
     for tsv in sorted(bench_dir.rglob("*.tsv")) if bench_dir.is_dir() else []:
         stage = tsv.relative_to(bench_dir).parts[0].removesuffix(".tsv")
         with tsv.open() as f:
             for row in csv.DictReader(f, delimiter="\t"):
                 try:
-                    out[stage] += float(row["s"])
+                    out[stage] += float(row[column])
                 except (KeyError, TypeError, ValueError):
                     continue
     return dict(out)
@@ -78,7 +79,8 @@ def run_mode(mode: str, targets: list[str], config_paths: list[str], profile: st
     if failed:  # the values of another setting may leave the expected file's tolerances: timed all the same
         print(f"numerics {mode}: the regression check failed (the expected values are portable's); timed as run")
     return {"mode": mode, "wall_s": round(wall, 1), "regression_failed": bool(failed),
-            "stages_s": stage_seconds(root / "benchmarks")}
+            "stages_s": stage_seconds(root / "benchmarks"),
+            "stages_cpu_s": stage_seconds(root / "benchmarks", "cpu_time")}
 
 
 def main(argv: list[str]) -> int:
@@ -104,11 +106,14 @@ def main(argv: list[str]) -> int:
     print(f"{'':14}" + "".join(f"{r['mode']:>12}" for r in runs) + ("       ratio" if len(runs) == 2 else ""))
     rows = [("wall", [r["wall_s"] for r in runs])] + [
         (f"  {s}", [r["stages_s"].get(s, 0.0) for r in runs]) for s in stages]
+    rows += [("cpu", [sum(r["stages_cpu_s"].values()) for r in runs])] + [
+        (f"  {s}", [r["stages_cpu_s"].get(s, 0.0) for r in runs]) for s in stages]
     for name, vals in rows:
         ratio = f"{vals[0] / vals[1]:>11.2f}x" if len(vals) == 2 and vals[1] else ""
         print(f"{name:14}" + "".join(f"{v:>11.1f}s" for v in vals) + ratio)
-    print("  (stage rows: the sum of the jobs' own seconds, Snakemake's benchmark files; jobs overlap on "
-          "several cores, so they add up to more than the wall)")
+    print("  (stage rows under wall: the sum of the jobs' own seconds, Snakemake's benchmark files; jobs overlap "
+          "on several cores, so they add up to more than the wall; under cpu: the jobs' CPU seconds, the figure "
+          "to compare when the machine was not idle)")
     print("target: none; the ratio is the cost of numerics: portable on this machine")
     if args.json:
         args.json.write_text(json.dumps({"targets": args.target, "config": configs, "runs": runs,
