@@ -1,7 +1,7 @@
 """What every method step receives: the config, the method's section, the dataset folder."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,15 @@ def training_keys(cfg: Mapping[str, Any], name: str, *, at: Mapping[str, str | S
         keys += _narrowed(_prefix(name), f, at)
     backbone = backbone or sec.get("backbone")
     return (*keys, "seed", *((f"backbones.{backbone}",) if backbone else ()))
+
+
+def variant_model_id(name: str, variant: str | None, signature: Callable[[str | None], Mapping[str, Any]]) -> str:
+    """The model a variant trains: ``name`` for the main model and for a variant whose training
+    settings (``signature(variant)``, the fields listing ``model``) equal the main model's (it reuses
+    that model: the two train jobs' hashes would agree), else ``<name>.<variant>``."""
+    if variant is None or signature(variant) == signature(None):
+        return name
+    return f"{name}.{variant}"
 
 
 def wants_gpu(cfg: Mapping[str, Any], name: str) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.config import fragment_defaults
 from harness.errors import ConfigError
-from harness.methods.base import Context, model_fields
+from harness.methods.base import Context, model_fields, variant_model_id
 from harness.recording import merged
 
 #: the schema fragment beside this package (harness.methods.bpr.SCHEMA)
@@ -71,9 +71,7 @@ def model_source(cfg: Mapping[str, Any], variant: str) -> str:
 
 def model_id(cfg: Mapping[str, Any], variant: str | None) -> str:
     """``bpr`` for the main model and for a train variant whose settings equal it, else ``bpr.<variant>``."""
-    if variant is None or train_signature(settings(cfg, variant)) == train_signature(settings(cfg)):
-        return "bpr"
-    return f"bpr.{variant}"
+    return variant_model_id("bpr", variant, lambda v: train_signature(settings(cfg, v)))
 
 
 def search_variants(cfg: Mapping[str, Any]) -> list[str]:

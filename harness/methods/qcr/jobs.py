@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.fusion import fusion_job
 from harness.job import Job, Ref
-from harness.methods.base import Context, affects, training_keys, wants_gpu
+from harness.methods.base import Context, affects, training_keys, variant_model_id, wants_gpu
 from harness.methods.qcr.index import code_index, nopos_index, words_index
 from harness.methods.qcr.kmeans import fit_centroids, kmeans_index, kmeans_runs
 from harness.methods.qcr.measure import analysis, efficiency, fig3
@@ -20,9 +20,7 @@ from harness.methods.qcr.train import train
 
 def model_id(cfg: Mapping[str, Any], variant: str | None) -> str:
     """``qcr`` for the main model and for a variant whose training equals it, else ``qcr.<variant>``."""
-    if variant is None or train_signature(settings(cfg, variant)) == train_signature(settings(cfg)):
-        return "qcr"
-    return f"qcr.{variant}"
+    return variant_model_id("qcr", variant, lambda v: train_signature(settings(cfg, v)))
 
 
 def _systems(prefix: str, full: bool, main: bool) -> tuple[str, ...]:
