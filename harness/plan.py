@@ -67,7 +67,7 @@ def path(cfg: Mapping[str, Any], ref: Ref) -> Path:
         return R / "metrics" / str(ref.dataset) / str(ref.id)
     if k == "eval":  # the evaluation of a search job's runs (written by the evaluate rule)
         return R / "eval" / str(ref.dataset) / str(ref.id)
-    raise ConfigError(f"unknown input kind {k!r} (known: {', '.join(KINDS)})")
+    raise ConfigError(f"unknown artifact kind {k!r} (known: {', '.join((*KINDS, 'eval'))})")
 
 
 def output(cfg: Mapping[str, Any], job: Job) -> Path:

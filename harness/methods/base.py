@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -116,15 +117,16 @@ def _fragment(name: str) -> Mapping[str, Any]:
 
 
 def _affects(name: str) -> dict[str, tuple[str, ...]]:
+    """``{field: artifacts}`` of section ``name`` (cached per name and registered module, so a plugin
+    registered later is seen)."""
     from harness.methods import METHODS, STEPS
 
-    key = (name, METHODS.get(name) if name in METHODS else STEPS.get(name))
-    if key not in _AFFECTS_CACHE:
-        _AFFECTS_CACHE[key] = schema_affects(_fragment(name), f"schema of {name}")
-    return _AFFECTS_CACHE[key]
+    return _affects_of(name, METHODS.get(name) if name in METHODS else STEPS.get(name))
 
 
-_AFFECTS_CACHE: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
+@cache
+def _affects_of(name: str, module: str) -> dict[str, tuple[str, ...]]:
+    return schema_affects(_fragment(name), f"schema of {name} ({module})")
 
 
 def affects(name: str, artifact: str, *, at: Mapping[str, str | Sequence[str]] | None = None) -> tuple[str, ...]:

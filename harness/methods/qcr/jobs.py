@@ -123,8 +123,9 @@ def _kmeans_jobs(name: str, s: Mapping[str, Any], datasets: list[str]) -> list[J
     """The k-means baseline: centroids, its index and words index, one search job per dataset."""
     # the backbone key: encoder "backbone" reads it (with encoder dpr, DPR's model hash carries DPR's
     # backbone)
-    kkeys = (*affects(name, "model.kmeans"), "seed", f"backbones.{s['backbone']}")
-    ikeys = (*affects(name, "index.kmeans"), "seed", f"backbones.{s['backbone']}")
+    seeded = ("seed", f"backbones.{s['backbone']}")
+    kkeys = (*affects(name, "model.kmeans"), *seeded)
+    ikeys = (*affects(name, "index.kmeans"), *seeded)
     enc = {"encoder": Ref("model", "dpr")} if s["kmeans"]["encoder"] == "dpr" else {}
     data = {"data": Ref("data", dataset=s["train_dataset"])}
     jobs = [Job("train", "qcr.kmeans", name, "train_kmeans", inputs={**data, **enc}, keys=kkeys, mem_mb=6000),
@@ -135,7 +136,7 @@ def _kmeans_jobs(name: str, s: Mapping[str, Any], datasets: list[str]) -> list[J
     for d in datasets:
         jobs.append(Job("search", "qcr.kmeans", name, "run_kmeans", d,
                         systems=("qcr.kmeans", "qcr.kmeans-words"),
-                        keys=(*affects(name, "search.kmeans"), "seed", f"backbones.{s['backbone']}", "evaluate.depth"),
+                        keys=(*affects(name, "search.kmeans"), *seeded, "evaluate.depth"),
                         inputs={"data": Ref("data", dataset=d), "model": Ref("model", "qcr.kmeans"), **enc,
                                 "index": Ref("index", "qcr.kmeans", d),
                                 "words_index": Ref("index", "qcr.kmeans-words", d)}))
