@@ -342,11 +342,67 @@ def search_main(argv: list[str]) -> int:
 
 def evaluate_main(argv: list[str]) -> int:
     """``python -m harness evaluate``: ``--job`` evaluates every run of a search job (harness.stages
-    .evaluate); ``QRELS RUN MEASURE...`` prints ir_measures' values (harness.evaluate.cli.main)."""
+    .evaluate); ``QRELS RUN MEASURE...`` prints ir_measures' values."""
     if _stage_form(argv):
         from harness import stages
 
         return stages.evaluate(argv)
-    from harness.evaluate import cli
+    return _evaluate(argv)
 
-    return cli.main(argv)
+
+def _measures(names: list[str]) -> list:
+    """ir_measures' measures of the arguments (one or several per argument, space-separated), once each."""
+    import ir_measures
+
+    out = []
+    for name in (m for arg in names for m in arg.split()):
+        try:
+            m = ir_measures.parse_measure(name)
+        except Exception as exc:  # ir_measures raises NameError/ValueError/SyntaxError
+            raise ConfigError(f"{name!r} is not an ir_measures measure ({exc})",
+                              fix='write e.g. "nDCG@10" "RR@10" "R@100" "AP" "P@5"') from None
+        if m not in out:
+            out.append(m)
+    if not out:
+        raise ConfigError("no measure given", fix='name one, e.g. "nDCG@10"')
+    return out
+
+
+def _evaluate(argv: list[str]) -> int:
+    """`python -m harness evaluate QRELS RUN MEASURE... [--per-query]`: as ``ir_measures qrels run
+    measures`` (the same library, readers and output): ``measure<TAB>value`` per measure; with
+    ``--per-query`` (``-q``) ``qid<TAB>measure<TAB>value`` per query, then the ``all`` lines."""
+    import ir_measures
+
+    ap = argparse.ArgumentParser(
+        prog="python -m harness evaluate",
+        description="Score a TREC run against TREC qrels with ir_measures, as `ir_measures QRELS RUN MEASURE...` "
+                    "does: one 'measure<TAB>value' line per measure.",
+        epilog="The stage form, every run of a search job of the plan (QA top-k accuracy, the profile's "
+               "ir_measures): python -m harness evaluate --job ID --dataset KEY --out DIR [--config YAML ...].")
+    ap.add_argument("qrels", type=Path, help="TREC qrels file: 'qid 0 docid relevance' lines")
+    ap.add_argument("run", type=Path, help="TREC run file: 'qid Q0 docid rank score tag' lines")
+    ap.add_argument("measures", nargs="+", help='ir_measures names, e.g. "nDCG@10" "RR@10" R@100')
+    ap.add_argument("--per-query", "-q", "--by_query", dest="per_query", action="store_true",
+                    help="one line per query and measure, then the aggregates (qid 'all')")
+    ap.add_argument("--places", "-p", type=int, default=4, help="decimal places (default 4)")
+    args = ap.parse_args(argv)
+    for what, path in (("qrels", args.qrels), ("run", args.run)):
+        if not path.is_file():
+            raise DataError(f"{what} file {path} does not exist")
+    measures = _measures(args.measures)
+    qrels = list(ir_measures.read_trec_qrels(str(args.qrels)))
+    run = list(ir_measures.read_trec_run(str(args.run)))
+    fmt = f".{args.places}f" if args.places >= 0 else ""
+    if args.per_query:
+        aggs = {m: m.aggregator() for m in measures}
+        for res in ir_measures.iter_calc(measures, qrels, run):
+            print(f"{res.query_id}\t{res.measure}\t{res.value:{fmt}}")
+            aggs[res.measure].add(res.value)
+        for m in measures:
+            print(f"all\t{m}\t{aggs[m].result():{fmt}}")
+        return 0
+    agg = ir_measures.calc_aggregate(measures, qrels, run)
+    for m in measures:
+        print(f"{m}\t{agg[m]:{fmt}}")
+    return 0

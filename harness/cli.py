@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness import progress
 from harness.errors import HarnessError
 
 # command -> (module, one-line help). Each module defines `main(argv: list[str]) -> int`.
@@ -36,11 +37,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                                "search job (--job)"),
     "table": ("harness.tables.render", "render one paper table (measured beside published)"),
     "report": ("harness.report.site", "build the static site of every table, figure and claim (--open: print its path)"),
-    "published": ("harness.tables.published", "print the published numbers of a paper"),
+    "published": ("harness.published", "print the published numbers of a paper"),
     "regress": ("harness.regress", "compare measured values with configs/expected/<profile>.yaml"),
     "claims": ("harness.claims", "evaluate configs/claims.yaml on measured values"),
     "decontam": ("harness.decontam.stage", "remove test-set near-duplicates from training queries"),
-    "decontam-report": ("harness.decontam.report", "render LightRetriever Tables 6/7 for this profile's decontamination"),
+    "decontam-report": ("harness.decontam.cli", "render LightRetriever Tables 6/7 for this profile's decontamination"),
     "datasets": ("harness.datasets.catalog", "the dataset registry: --cards (docs/datasets.md), --list, --check"),
     "bench": ("harness.bench", "run a benchmark and print its figures"),
 }
@@ -54,33 +55,9 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-# the original stderr (a dup of fd 2) while --log sends fds 1 and 2 to a file, else None
-_CONSOLE: int | None = None
-_echoed = 0  # error lines written to _CONSOLE
-
-
-def console(line: str) -> None:
-    """Print a line on stdout and, under --log, on the console too (Snakemake's output): what a job
-    is for, as it starts."""
-    print(line, flush=True)
-    if _CONSOLE is not None:
-        os.write(_CONSOLE, (line.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
-
-
-def _error(line: str) -> None:
-    """Print a one-line error on stderr and, under --log, on the console too."""
-    global _echoed
-    print(line, file=sys.stderr)
-    if _CONSOLE is not None:
-        sys.stderr.flush()
-        os.write(_CONSOLE, (line.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
-        _echoed += 1
-
-
 @contextlib.contextmanager
 def _redirect_to(log: Path) -> Iterator[None]:
-    """For the block, send fds 1 and 2 to ``log`` (overwritten) and keep the original fd 2 as _CONSOLE."""
-    global _CONSOLE
+    """For the block, send fds 1 and 2 to ``log`` (overwritten) and keep the original fd 2 as the console (harness.progress.console)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -92,11 +69,11 @@ def _redirect_to(log: Path) -> Iterator[None]:
     line_buffered = getattr(sys.stdout, "line_buffering", None)
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # keeps stdout and stderr lines in order in the log
-    _CONSOLE = saved[1]
+    progress.set_console(saved[1])
     try:
         yield
     finally:
-        _CONSOLE = None
+        progress.set_console(None)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(ValueError, OSError):
                 stream.flush()
@@ -123,9 +100,9 @@ def _run_logged(log: Path, argv: list[str]) -> int:
     with _redirect_to(log):
         name = argv[0] if argv else ""
         if name and name not in COMMANDS and name not in {"-h", "--help"}:
-            _error(f"error: unknown command {name!r}; commands: {', '.join(COMMANDS)}")
+            progress.error_line(f"error: unknown command {name!r}; commands: {', '.join(COMMANDS)}")
             return 2
-        echoed = _echoed
+        echoed = progress.echoed()
         try:
             rc = main(argv)
         except SystemExit as exc:  # argparse prints its usage error to stderr (the log) and exits 2
@@ -135,12 +112,12 @@ def _run_logged(log: Path, argv: list[str]) -> int:
         except Exception:  # noqa: BLE001 (any crash: its traceback to the log, its last line to the console)
             traceback.print_exc()
             last = traceback.format_exc().strip().splitlines()[-1]
-            _error(f"error: python -m harness {name} failed: {last} (see {log})")
+            progress.error_line(f"error: python -m harness {name} failed: {last} (see {log})")
             return 1
-        if rc and _echoed == echoed:  # failed without a HarnessError (breaches, a usage error): its last line
+        if rc and progress.echoed() == echoed:  # failed without a HarnessError (breaches, a usage error): its last line
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
-            _error(f"error: python -m harness {name} exited with status {rc}: {_last_line(log)} (see {log})")
+            progress.error_line(f"error: python -m harness {name} exited with status {rc}: {_last_line(log)} (see {log})")
         return rc
 
 
@@ -172,5 +149,5 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(target)
         return int(getattr(module, fn or "main")(rest) or 0)
     except HarnessError as exc:
-        _error(f"error: {exc}")
+        progress.error_line(f"error: {exc}")
         return 2

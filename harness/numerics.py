@@ -89,7 +89,8 @@ def requested(config_paths: Iterable[str | Path]) -> str:
     """The ``numerics`` value of configs/default.yaml merged with ``config_paths`` (the files a
     stage command gets), read without importing anything heavy; the full validation follows in
     ``load_config``, which :func:`check` compares with."""
-    from harness.config import REPO, read_yaml
+    from harness import REPO
+    from harness.io import read_yaml
 
     mode = "portable"
     for path in (REPO / "configs" / "default.yaml", *map(Path, config_paths)):

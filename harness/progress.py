@@ -3,6 +3,7 @@ timing batches), on stderr, redrawn twice a second on a terminal and every 10 s 
 file (so a log gets a line per 10 s, not per batch). The training loop (harness/train.py) has its own."""
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -33,3 +34,39 @@ def batches(n: int, batch_size: int, desc: str, unit: str = "item") -> Iterator[
         for i in range(0, n, batch_size):
             yield i
             bar.update(min(batch_size, n - i))
+
+
+# ----------------------------------------------------------------------------- the console
+# Under ``python -m harness --log FILE`` (harness.cli) fds 1 and 2 go to the log; the original
+# stderr is kept here, so that what a job is for, and why it failed, still reach Snakemake's output.
+_CONSOLE: int | None = None
+_echoed = 0  # error lines written to _CONSOLE
+
+
+def set_console(fd: int | None) -> None:
+    """The file descriptor of the console while output goes to a log (None: no log)."""
+    global _CONSOLE
+    _CONSOLE = fd
+
+
+def echoed() -> int:
+    """How many error lines reached the console so far."""
+    return _echoed
+
+
+def console(line: str) -> None:
+    """Print a line on stdout and, under --log, on the console too (Snakemake's output): what a job
+    is for, as it starts."""
+    print(line, flush=True)
+    if _CONSOLE is not None:
+        os.write(_CONSOLE, (line.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
+
+
+def error_line(line: str) -> None:
+    """Print a one-line error on stderr and, under --log, on the console too."""
+    global _echoed
+    print(line, file=sys.stderr)
+    if _CONSOLE is not None:
+        sys.stderr.flush()
+        os.write(_CONSOLE, (line.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
+        _echoed += 1

@@ -68,7 +68,7 @@ def run_stage(stage: str, argv: list[str]) -> int:
                           **info})
     where = f" on {job.dataset}" if job.dataset else ""
     if unhashed:
-        from harness.cli import console
+        from harness.progress import console
 
         console(f"warning: {stage} {job.id}{where} read settings its hash does not cover: {', '.join(unhashed)}")
     print(f"{stage} {job.id}{where}: done in {time.perf_counter() - t0:.1f}s"
@@ -95,7 +95,7 @@ def measure(argv: list[str]) -> int:
 def evaluate(argv: list[str]) -> int:
     """Every ``<system>.trec`` of a search job's folder -> ``<out>/<system>.json``."""
     from harness import plan as hplan
-    from harness.evaluate.cli import evaluate_run
+    from harness.evaluate.run import evaluate_run
     from harness.io import write_json
 
     args = _args("evaluate", argv)

@@ -65,7 +65,7 @@ def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tup
     """job key -> the (paper, table) pairs whose cells it produces, directly (a search job through its
     evaluation, a measure job) or upstream of them (models, indexes): derived once per plan."""
     from harness.tables.matrix import published, resolve_table
-    from harness.tables.published import PAPERS
+    from harness.published import PAPERS
 
     p = hplan.get(cfg)
     cached = getattr(p, "_served_tables", None)
@@ -141,7 +141,7 @@ def announce(cfg: Mapping[str, Any], job: hplan.Job, stage: str | None = None) -
     paper tables it serves (from serves.json; nothing said when the job runs without the workflow)."""
     import json
 
-    from harness.cli import console
+    from harness.progress import console
     from harness.config import results_root
 
     path = results_root(cfg) / SERVES_FILE

@@ -47,7 +47,7 @@ def test_registry_covers_the_papers_datasets(doc):
     lr = [c for c in cards.values() if c["group"].startswith("LightRetriever training sets")]
     assert len(lr) == 23
     # Table 6's original and deduplicated sizes agree with the published duplicates column
-    from harness.tables.published import load_published
+    from harness.published import load_published
 
     pub = sum(r["value"] for r in load_published("lightretriever")["records"]
               if r["table"] == "6" and r["column"] == "Duplicates")

@@ -253,7 +253,7 @@ def test_dpr_reader_timing_reads_each_question(tmp_path, cfg, monkeypatch):
     over DPR's top passages, one call per question."""
     from harness.datasets import store
     from harness.methods import dpr
-    from harness.reader import Reader
+    from harness.methods.reader import Reader
 
     store.write_corpus(tmp_path, [Doc("d1", "", "one passage"), Doc("d2", "", "another passage")])
     read: list[tuple[str, list[str]]] = []

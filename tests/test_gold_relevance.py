@@ -7,7 +7,7 @@ import pytest
 from harness.config import load_config
 from harness.datasets import prepare, store
 from harness.errors import ConfigError, DataError
-from harness.evaluate.cli import evaluate_run
+from harness.evaluate.run import evaluate_run
 from harness.io import write_jsonl
 from harness.methods.base import Context
 from harness.runs import write_run

@@ -141,3 +141,72 @@ def test_every_name_a_module_exports_exists():
         m = importlib.import_module(mod)
         missing += [f"{mod}.{n}" for n in getattr(m, "__all__", []) if not hasattr(m, n)]
     assert not missing, missing
+
+
+# The package's layers, bottom first. A module may import its own layer and the layers below it,
+# never one above (the most specific prefix names a module's layer; a package's ``cli`` module and
+# ``__main__`` are command-line front ends, the top layer, wherever they live). Why this order:
+# the config's plain pieces (harness.settings) serve every layer, while harness.config, which
+# validates the whole config, composes the schemas the dataset families, index backends and
+# methods register, so it sits above them; plans are made of the methods' jobs; tables and
+# claims read what plans produce; the applications (the stage runner, the workflow's helpers,
+# the site, the Python API, the benchmarks) drive all of it.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("harness", "harness.errors", "harness.units", "harness.registry", "harness.progress",
+                    "harness.io")),
+    ("settings", ("harness.settings", "harness.meta", "harness.numerics")),
+    ("records", ("harness.job", "harness.recording", "harness.runs", "harness.artifacts", "harness.figures",
+                 "harness.timing", "harness.train", "harness.models", "harness.published",
+                 "harness.evaluate.qa", "harness.evaluate.ir")),
+    ("data", ("harness.datasets", "harness.decontam")),
+    ("evaluation", ("harness.evaluate",)),
+    ("indexes", ("harness.indexes", "harness.fusion", "harness.rerank")),
+    ("methods", ("harness.methods", "harness.negatives")),
+    ("config", ("harness.config",)),
+    ("plan", ("harness.plan",)),
+    ("tables", ("harness.tables", "harness.measured", "harness.claims", "harness.regress")),
+    ("applications", ("harness.stages", "harness.workflow", "harness.report", "harness.api", "harness.bench")),
+    ("commands", ("harness.cli", "harness.__main__")),
+]
+
+
+def layer(module: str) -> int:
+    """The index of ``module``'s layer in LAYERS (KeyError: a module no layer names)."""
+    if module.rpartition(".")[2] in {"cli", "__main__"}:
+        return len(LAYERS) - 1
+    best: tuple[int, int] | None = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    if best is None:
+        raise KeyError(module)
+    return best[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} ({LAYERS[layer(a)][0]}) imports {b} ({LAYERS[layer(b)][0]})"
+            for a in sorted(graph) for b in sorted(graph[a]) if layer(b) > layer(a)]
+
+
+def test_every_module_has_a_layer():
+    unplaced = []
+    for mod in import_graph():
+        try:
+            layer(mod)
+        except KeyError:
+            unplaced.append(mod)
+    assert not unplaced, f"modules no layer of tests/test_imports.py LAYERS names: {unplaced}"
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert layer("harness.evaluate.qa") < layer("harness.datasets") < layer("harness.evaluate.run")
+    assert layer("harness.datasets.cli") == layer("harness.cli") == len(LAYERS) - 1
+    assert upward_imports({"harness.methods.dpr": {"harness.plan", "harness.io"}}) == [
+        "harness.methods.dpr (methods) imports harness.plan (plan)"]
+    assert upward_imports({"harness.plan": {"harness.methods.dpr"}}) == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    found = upward_imports(import_graph())
+    assert not found, "upward imports:\n  " + "\n  ".join(found)

@@ -250,7 +250,7 @@ def test_matrices_name_only_systems_the_plan_produces(profile):
     the plan writes the system; in smoke every wired, substituted cell must be measured, elsewhere a
     cell may be not run only because the method is off or not run on that dataset."""
     from harness.tables import matrix as hmatrix
-    from harness.tables.published import PAPERS
+    from harness.published import PAPERS
 
     cfg = config(profile)
     bad = []

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from harness.errors import ConfigError
-from harness.tables import published as pub
+from harness import published as pub
 
 REPO = Path(__file__).resolve().parents[1]
 PAPERS_DIR = REPO.parent / "shared" / "papers"

@@ -8,7 +8,7 @@ import pytest
 
 from harness.config import load_config
 from harness.datasets import Doc, prepare, store
-from harness import reader
+from harness.methods import reader
 from harness.methods.base import Context
 from harness.runs import write_run
 

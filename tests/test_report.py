@@ -210,7 +210,7 @@ def test_figures_drawn_from_cells(profile, tmp_path):
 
 def test_every_configured_figure_names_real_columns():
     from harness.tables.matrix import published
-    from harness.tables.published import PAPERS
+    from harness.published import PAPERS
 
     tables = {(p, t["id"]): t for p in PAPERS for t in published(p)["tables"]}
     specs = hfig.load_figures()

@@ -13,6 +13,7 @@ import pytest
 from harness.config import REPO, load_config, results_root
 from harness.datasets import synthetic as syn
 from harness.indexes.token_csr import BinaryTokenIndex
+from harness.methods.vdr.scale import token_index
 
 SCALE = REPO / "configs" / "profiles" / "scale.yaml"
 
@@ -42,7 +43,7 @@ def test_token_index_has_the_target_density_and_slope():
     slope = syn.load_fit()["slope"]
     p = syn.token_probabilities(syn.VOCAB, syn.DENSITY, slope, rng)
     n = syn.BLOCK + 4_464                                   # two blocks, the last one partial
-    index, secs = syn.token_index(n, syn.VOCAB, p, rng)
+    index, secs = token_index(n, syn.VOCAB, p, rng)
     assert index.n_docs == n and index.n_blocks == 2 and secs["build"] > 0
     density = index.nnz / (n * syn.VOCAB)
     assert density == pytest.approx(syn.DENSITY, rel=0.02)   # ~86 distinct tokens per passage
@@ -57,7 +58,7 @@ def test_token_index_equals_the_index_built_from_token_ids():
     vocab = 600
     p = syn.token_probabilities(vocab, 0.02, 1.0, np.random.default_rng(1))
     n = syn.BLOCK + 1_000
-    index, _ = syn.token_index(n, vocab, p, np.random.default_rng(3))
+    index, _ = token_index(n, vocab, p, np.random.default_rng(3))
     rng = np.random.default_rng(3)
     docs: list[list[int]] = []
     for b in range(2):
@@ -76,7 +77,7 @@ def test_payloads_are_seeded():
     def build(seed):
         rng = np.random.default_rng(seed)
         p = syn.token_probabilities(2_000, 0.01, 1.0, rng)
-        index, _ = syn.token_index(5_000, 2_000, p, rng)
+        index, _ = token_index(5_000, 2_000, p, rng)
         return index, syn.sparse_queries(4, 2_000, 50, p, rng), syn.codes(100, 768, rng)
 
     (a, qa, ca), (b, qb, cb), (c, _, cc) = build(5), build(5), build(6)

@@ -53,7 +53,7 @@ def test_svdr_table1_measured_standin_and_not_run(tmp_path):
     text = md.read_text()
     assert "Profile `smoke`" in text and "NQ → smoke" in text
     # every published cell of the table is present
-    from harness.tables.published import load_published, records_of
+    from harness.published import load_published, records_of
 
     assert len(rows) == len(records_of(load_published("svdr"), "1"))
 

@@ -158,7 +158,7 @@ def test_every_trained_method_uses_the_shared_loop_and_subsample():
     for name in ("dpr", "bpr", "vdr"):
         src = inspect.getsource(importlib.import_module(f"harness.methods.{name}").train)
         assert "train_loop(" in src and "subsample(" in src and ".sample(" not in src, name
-    for path in ("harness.reader", "harness.reader"):
+    for path in ("harness.methods.reader", "harness.methods.reader"):
         try:
             mod = importlib.import_module(path)
         except ImportError:

@@ -20,7 +20,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from harness.config import REPO, mirror_dirs, read_yaml, validate
+from harness import REPO
+from harness.io import read_yaml
+from harness.settings import mirror_dirs, validate
 from harness.datasets.download import RemoteFile, fetch
 from harness.errors import ConfigError, DataError
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.config import mirror_dirs
+from harness.settings import mirror_dirs
 from harness.datasets import Doc, Query, store
 from harness.datasets.download import RemoteFile, fetch
 from harness.errors import ConfigError, DataError

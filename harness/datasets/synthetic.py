@@ -23,7 +23,6 @@ corpus/query files: the measure jobs generate their payloads, they read no data.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -157,44 +156,6 @@ def block_postings(keys: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray
         u = u[keep]
     counts = np.bincount(u >> np.uint32(16), minlength=vocab)
     return counts, (u & np.uint32(0xFFFF)).astype(np.uint16)
-
-
-def token_index(n_docs: int, vocab: int, p: np.ndarray, rng: np.random.Generator,
-                log: Any = None) -> tuple[Any, dict[str, float]]:
-    """A BinaryTokenIndex of ``n_docs`` synthetic passages, built block by block into one
-    preallocated uint16 postings array. Returns the index and seconds: ``generate`` (random draws,
-    not part of T(D)) and ``build`` (dedupe, sort, counts, offsets: T(D) without tokenisation)."""
-    import time
-
-    from harness.indexes.token_csr import BinaryTokenIndex
-
-    n_blocks = -(-n_docs // BLOCK)
-    expect = float(p.sum()) * n_docs
-    cap = int(expect + 8 * math.sqrt(expect) + 1024)
-    postings = np.empty(cap, np.uint16)
-    indptr = np.empty((n_blocks, vocab + 1), np.int64)
-    pos = 0
-    t_gen = t_build = 0.0
-    for b in range(n_blocks):
-        nb = min(BLOCK, n_docs - b * BLOCK)
-        t0 = time.perf_counter()
-        keys = token_block(nb, p, rng)
-        t1 = time.perf_counter()
-        counts, local = block_postings(keys, vocab)
-        del keys
-        if pos + local.size > postings.size:  # beyond 8 sigma: grow (never expected)
-            postings = np.concatenate([postings, np.empty(max(local.size, cap // 16), np.uint16)])
-        postings[pos:pos + local.size] = local
-        indptr[b, 0] = pos
-        np.cumsum(counts, out=indptr[b, 1:])
-        indptr[b, 1:] += pos
-        pos += local.size
-        t_gen += t1 - t0
-        t_build += time.perf_counter() - t1
-        if log and (b % 32 == 0 or b == n_blocks - 1):
-            log(f"token index: block {b + 1}/{n_blocks}, {pos:,} postings")
-    index = BinaryTokenIndex(indptr, postings[:pos], n_docs, vocab)
-    return index, {"generate": t_gen, "build": t_build}
 
 
 def sparse_queries(batch: int, vocab: int, active: int, p: np.ndarray, rng: np.random.Generator) -> Any:

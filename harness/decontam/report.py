@@ -16,7 +16,6 @@ writes LightRetriever's Table 6 (original size, deduplicated size, duplicates) a
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import shlex
@@ -25,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import add_config_argument, load_config, results_root, section_hash
 from harness.datasets import store
 from harness.errors import ConfigError, DataError
 from harness.io import atomic_write_text, read_json
+from harness.settings import results_root, section_hash
 
 DEFAULT_K = 2
 DEFAULT_TABLE7 = 5
@@ -142,7 +141,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def _published_rows() -> list[tuple[str, dict[str, Any]]]:
-    from harness.tables.published import load_published
+    from harness.published import load_published
 
     doc = load_published(PAPER)
     table = next(t for t in doc["tables"] if t["id"] == TABLE)
@@ -255,16 +254,3 @@ def render(cfg: Mapping[str, Any], decontam_dir: Path, out_md: Path) -> list[Pat
     atomic_write_text(out7_csv, buf.getvalue())
     atomic_write_text(out7_md, "\n".join(l7) + "\n")
     return [out_md, out6_csv, out7_md, out7_csv]
-
-
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness decontam-report", description=__doc__.split("\n")[0])
-    add_config_argument(ap)
-    ap.add_argument("--decontam", type=Path, required=True, help="output folder of rule decontam")
-    ap.add_argument("--out", type=Path, required=True,
-                    help="markdown of Table 6 (its .csv, 7-measured.md and 7-measured.csv are written beside it)")
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    paths = render(cfg, args.decontam, args.out)
-    print("wrote " + ", ".join(str(p) for p in paths))
-    return 0

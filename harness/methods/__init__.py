@@ -35,7 +35,7 @@ METHODS.add("densephrases", "harness.methods.densephrases")
 #: steps that are not retrieval methods but declare jobs too: top-level config section -> module
 #: (the extractive reader reads any system's run and measures EM).
 STEPS: Registry[str] = Registry("step")
-STEPS.add("reader", "harness.reader")
+STEPS.add("reader", "harness.methods.reader")
 
 
 #: where plugins come from: installed packages' entry points in this group, and the modules named

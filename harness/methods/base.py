@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness.config import results_root
+from harness.settings import results_root
 from harness.errors import ConfigError
 
 

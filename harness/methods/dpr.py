@@ -191,7 +191,7 @@ def search(ctx: Context, index_dir: Path, queries: Sequence[Query], k: int, mode
 def _saved_config(folder: Path) -> dict[str, Any]:
     """``{"methods": {<m>: section}}`` of a trained model folder: its meta.json's recorded
     ``methods.<m>.<key>`` values over the method's schema defaults (harness.api builds the same)."""
-    from harness.config import fragment_defaults
+    from harness.settings import fragment_defaults
     from harness.meta import read_meta
     from harness.methods import method_module
 

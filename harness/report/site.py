@@ -176,7 +176,7 @@ class Site:
 
     def __init__(self, cfg: Mapping[str, Any], out: Path) -> None:
         from harness.tables.matrix import published
-        from harness.tables.published import PAPERS
+        from harness.published import PAPERS
 
         self.cfg = cfg
         self.results = Path(cfg["results_dir"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import REPO, read_yaml, validate
-from harness.tables.published import load_published
+from harness.published import load_published
 
 MATRIX_DIR = REPO / "configs" / "matrix"
 SCALE = {"%": 100.0, "ratio": 1.0}

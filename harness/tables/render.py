@@ -21,7 +21,7 @@ from harness.config import add_config_argument, load_config
 from harness.io import atomic_write_text, read_json
 from harness.measured import find
 from harness.tables.matrix import SCALE, Cell, column_spec, load_matrix, resolve_table
-from harness.tables.published import format_value, load_published
+from harness.published import format_value, load_published
 from harness.units import convert
 
 # paper dataset label -> canonical id of the dataset the paper evaluated on

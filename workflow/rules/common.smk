@@ -10,7 +10,7 @@ from harness import plan as hplan
 from harness import workflow as hwf
 from harness.errors import HarnessError
 from harness.tables import matrix as hmatrix
-from harness.tables.published import PAPERS
+from harness.published import PAPERS
 
 try:
     hconfig.expand_dotted(config)

@@ -20,7 +20,7 @@ from harness.io import write_json
 from harness.methods.base import Context
 from harness.methods.bpr.settings import scale_settings, settings
 
-# harness.timing, harness.meta, harness.datasets.synthetic and harness.tables.published load inside the
+# harness.timing, harness.meta, harness.datasets.synthetic and harness.published load inside the
 # functions that use them, as before: the plan imports this package (its import time matters).
 
 SYNTHETIC_NOTE = ("synthetic payload (harness/datasets/synthetic.py): random 768-d vectors and 768-bit codes, "
@@ -48,7 +48,7 @@ Published = dict[str, tuple[float | None, float | None]]
 def paper_table1(doc: Mapping[str, Any] | None = None) -> Published:
     """Table 1 (21M passages) as published: system -> (index size in GB, query time in ms), read from
     configs/published/bpr.yaml (BPR w/o reranking from Table 2, which prints no index size: None)."""
-    from harness.tables.published import get_table, load_published
+    from harness.published import get_table, load_published
 
     doc = load_published("bpr") if doc is None else doc
     cells = {(r["table"], r["row"], r["column"]): r for r in doc["records"]}

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config import fragment_defaults
+from harness.settings import fragment_defaults
 from harness.errors import ConfigError
 from harness.methods.base import Context, model_fields, variant_model_id
 from harness.recording import merged

@@ -15,7 +15,7 @@ Training (Eq. 9): L = l1 L_single + l2 L_distill + l3 L_neg (+ the filter's BCE,
   batch; pre-batch negatives (§4.3): a FIFO of the detached gold vectors of the C previous
   batches, switched on after ``prebatch_start`` of training (the paper: the last two of 4 epochs).
 - L_distill (Eq. 7): KL(P || P_c) against the start/end distributions of a cross-attention
-  teacher: the harness's extractive reader (harness/reader.py, a BERT-family cross-encoder trained
+  teacher: the harness's extractive reader (harness/methods/reader.py, a BERT-family cross-encoder trained
   on the same dataset's questions), mapped to the phrase encoder's tokens by character offset;
   both distributions are renormalised over the tokens both models see. The code's direction
   KL(P_c || P) is ``distill_direction: code``.

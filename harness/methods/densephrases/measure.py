@@ -109,7 +109,7 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
             return idx.search_phrases(e[0], e[1], int(s["search"]["top_k"]), 1)
     else:
         from harness.methods import dpr
-        from harness.reader import Reader
+        from harness.methods.reader import Reader
 
         dctx = Context(cfg, "dpr")
         searcher = dpr.Searcher(dctx, Path(paths["dpr_index"]), Path(paths["dpr_model"]))

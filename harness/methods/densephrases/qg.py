@@ -372,9 +372,9 @@ def generate(model, tokenizer, sources: Sequence[str], settings: QGSettings | Ma
 def training_examples(queries: Sequence[Query], docs: Mapping[str, Doc]) -> tuple[list[QGExample], dict[str, int]]:
     """SQuAD-style training questions as generator examples: the answer span is the earliest
     occurrence of an answer string in the question's first gold passage that has one
-    (``harness.reader.find_answer``); questions without a gold passage or without an answer
+    (``harness.methods.reader.find_answer``); questions without a gold passage or without an answer
     occurring in it are counted and skipped."""
-    from harness.reader import find_answer
+    from harness.methods.reader import find_answer
 
     out: list[QGExample] = []
     stats = {"questions": len(queries), "no_gold": 0, "no_answer_span": 0}
@@ -442,7 +442,7 @@ def train_generator(model, tokenizer, examples: Sequence[QGExample | tuple], set
 
 
 def reader_predict(reader) -> Predict:
-    """The harness's extractive reader (``harness.reader.Reader``) as a (question, passage) ->
+    """The harness's extractive reader (``harness.methods.reader.Reader``) as a (question, passage) ->
     answer callable, reading the one passage."""
     return lambda question, doc: reader.predict(question, [doc])["answer"]
 

@@ -53,7 +53,7 @@ def examples_of(s: Mapping[str, Any], tok, queries: Sequence[Query], docs: Mappi
                 ) -> tuple[list[Example], dict[str, int]]:
     """One example per question whose answer occurs in its gold passage (the first occurrence on
     word boundaries, as the reader aligns it); the unaligned are counted, never dropped silently."""
-    from harness.reader import find_answer
+    from harness.methods.reader import find_answer
 
     stats = {"questions": len(queries), "no_gold_passage": 0, "answer_not_in_passage": 0,
              "answer_beyond_windows": 0, "examples": 0}
@@ -91,7 +91,7 @@ def teacher_logits(cfg: Mapping[str, Any], reader_dir: Path, exs: Sequence[Examp
     the reader does not see the token: its window is shorter). Mapped by character offset."""
     import torch
 
-    from harness.reader import Reader
+    from harness.methods.reader import Reader
 
     reader = Reader.load(Context(cfg, "reader"), reader_dir)
     reader.train(False)
@@ -167,7 +167,7 @@ def generate_questions(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Map
     answers, the seq2seq generator of ``qg.generator``, kept when the reader (the cross-attention
     model) answers the generated question exactly. Fails, naming why, where the models are absent."""
     from harness.methods.densephrases import qg
-    from harness.reader import Reader
+    from harness.methods.reader import Reader
 
     qs_ = qg.QGSettings.from_config(s["qg"], where=f"methods.{NAME}.qg")
     why = qg.availability(qs_)

@@ -36,7 +36,7 @@ def fig5(cfg: Mapping[str, Any], job: Any, inputs: Mapping[str, Path], out: Path
     """Figure 5: nDCG@10 against the dense dims kept (MRL variant) and the sparse terms kept per
     document (top-k of the main model), evaluated as the evaluate stage does; points smallest first
     (``lightretriever.fig5-dense-<i>``, ``-sparse-<i>``) and ``fig5.png``."""
-    from harness.evaluate.cli import evaluate_run
+    from harness.evaluate.run import evaluate_run
 
     measure, d = "nDCG@10", str(job.dataset)
     curves: dict[str, list[tuple[int, float]]] = {}

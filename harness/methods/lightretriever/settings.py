@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config import fragment_defaults
+from harness.settings import fragment_defaults
 from harness.errors import ConfigError
 from harness.methods.base import model_fields
 from harness.recording import merged

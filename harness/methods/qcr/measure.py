@@ -158,7 +158,7 @@ def _table2(s: Mapping[str, Any], d: str, title: str, inputs: Mapping[str, Path]
 def fig3(cfg: Mapping[str, Any], dataset: str | None, grid_names: Sequence[str], inputs: Mapping[str, Path],
          out: Path) -> dict[str, Any]:
     """Figure 3: Success@100 of the grid models (batch size x K), evaluated as the evaluate stage does."""
-    from harness.evaluate.cli import evaluate_run
+    from harness.evaluate.run import evaluate_run
 
     measure = "Success@100"
     points = {}

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import fragment_defaults
+from harness.settings import fragment_defaults
 from harness.errors import ConfigError
 from harness.recording import merged
 from harness.methods.base import model_fields

@@ -22,7 +22,7 @@ from harness.indexes.sparse_csr import SparseEmbeddingIndex
 from harness.methods.vdr.measure import (_protocol, _timed, _token_memory, _torch_search, _torch_sparse,
                                          _trimmed, _v, _write)
 from harness.methods.vdr.settings import scale_settings, settings
-from harness.tables.published import DEFAULT_ROOT, format_value, load_published, records_of
+from harness.published import DEFAULT_ROOT, format_value, load_published, records_of
 from harness.units import convert
 
 SYNTHETIC_NOTE = ("synthetic payload (harness/datasets/synthetic.py): random token ids / vectors shaped like the "
@@ -221,7 +221,7 @@ def _beta(st: Mapping[str, Any], tmp: Path, out_dir: Path, nr: Mapping[str, str]
     B, top_m, common = st["B"], st["top_m"], st["common"]
     _say(f"binary token index: {n:,} passages, {vocab:,} dims, density {st['sc']['density']}, "
          f"slope {st['slope']}")
-    tindex, secs = syn.token_index(n, vocab, st["p"], st["rng"], log=_say)
+    tindex, secs = token_index(n, vocab, st["p"], st["rng"], log=_say)
     path = tindex.save(tmp / TOKEN_INDEX_FILE)
     t_disk = path.stat().st_size
     path.unlink()
@@ -341,3 +341,41 @@ def _print_scale(paths: Sequence[Path], paper: Mapping[tuple[str, str], Mapping[
                     verdict = "meets" if v["value"] >= target else "misses"
                 text += f"  paper {pub['text']}: {verdict}"
             print(text, flush=True)
+
+
+def token_index(n_docs: int, vocab: int, p: np.ndarray, rng: np.random.Generator,
+                log: Any = None) -> tuple[Any, dict[str, float]]:
+    """A BinaryTokenIndex of ``n_docs`` synthetic passages (harness.datasets.synthetic's draws), built block by block into one
+    preallocated uint16 postings array. Returns the index and seconds: ``generate`` (random draws,
+    not part of T(D)) and ``build`` (dedupe, sort, counts, offsets: T(D) without tokenisation)."""
+    import math
+
+    from harness.indexes.token_csr import BinaryTokenIndex
+
+    n_blocks = -(-n_docs // syn.BLOCK)
+    expect = float(p.sum()) * n_docs
+    cap = int(expect + 8 * math.sqrt(expect) + 1024)
+    postings = np.empty(cap, np.uint16)
+    indptr = np.empty((n_blocks, vocab + 1), np.int64)
+    pos = 0
+    t_gen = t_build = 0.0
+    for b in range(n_blocks):
+        nb = min(syn.BLOCK, n_docs - b * syn.BLOCK)
+        t0 = time.perf_counter()
+        keys = syn.token_block(nb, p, rng)
+        t1 = time.perf_counter()
+        counts, local = syn.block_postings(keys, vocab)
+        del keys
+        if pos + local.size > postings.size:  # beyond 8 sigma: grow (never expected)
+            postings = np.concatenate([postings, np.empty(max(local.size, cap // 16), np.uint16)])
+        postings[pos:pos + local.size] = local
+        indptr[b, 0] = pos
+        np.cumsum(counts, out=indptr[b, 1:])
+        indptr[b, 1:] += pos
+        pos += local.size
+        t_gen += t1 - t0
+        t_build += time.perf_counter() - t1
+        if log and (b % 32 == 0 or b == n_blocks - 1):
+            log(f"token index: block {b + 1}/{n_blocks}, {pos:,} postings")
+    index = BinaryTokenIndex(indptr, postings[:pos], n_docs, vocab)
+    return index, {"generate": t_gen, "build": t_build}

@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config import fragment_defaults
+from harness.settings import fragment_defaults
 from harness.errors import ConfigError
 from harness.recording import merged
 from harness.methods.base import model_fields, schema_fields

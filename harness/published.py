@@ -24,7 +24,7 @@ from harness.registry import Registry
 
 PAPERS = ("svdr", "bpr", "densephrases", "qcr", "lightretriever")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO_ROOT / "configs" / "published"
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "published.schema.yaml"
 

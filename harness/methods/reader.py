@@ -19,7 +19,7 @@ EM (``harness.evaluate.qa.exact_match``) is measured per retrieval system on its
 test questions (``reader.systems``; optionally a seeded sample of
 ``max_test_questions``) and written as a metrics part ``{"values": {"em": ...}}``.
 
-Commands: ``python -m harness.reader {train,em} ...``.
+Commands: ``python -m harness.methods.reader {train,em} ...``.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.datasets import Doc, Query, store
-from harness.config import fragment_defaults
+from harness.settings import fragment_defaults
 from harness.errors import ConfigError, DataError
 from harness.models.runtime import quiet_transformers, torch_for
 from harness.evaluate import qa
