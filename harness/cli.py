@@ -40,8 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "published": ("harness.published", "print the published numbers of a paper"),
     "regress": ("harness.regress", "compare measured values with configs/expected/<profile>.yaml"),
     "claims": ("harness.claims", "evaluate configs/claims.yaml on measured values"),
-    "decontam": ("harness.decontam.stage", "remove test-set near-duplicates from training queries"),
-    "decontam-report": ("harness.decontam.cli", "render LightRetriever Tables 6/7 for this profile's decontamination"),
+    "decontam": ("harness.decontam.cli:decontam_main", "remove test-set near-duplicates from training queries"),
+    "decontam-report": ("harness.decontam.cli:report_main", "render LightRetriever Tables 6/7 for this profile's decontamination"),
     "datasets": ("harness.datasets.catalog", "the dataset registry: --cards (docs/datasets.md), --list, --check"),
     "bench": ("harness.bench", "run a benchmark and print its figures"),
 }

@@ -17,6 +17,8 @@ class Stage(str, Enum):
     """A stage of the plan and the kind of artifact its jobs write (one place for the map; a
     ``Stage`` compares equal to its name, so ``job.stage == "train"`` holds for either)."""
 
+    DECONTAM = "decontam"
+    NEGATIVES = "negatives"
     TRAIN = "train"
     INDEX = "index"
     SEARCH = "search"
@@ -27,16 +29,21 @@ class Stage(str, Enum):
         """The kind of artifact (a :class:`Ref` kind) this stage writes."""
         return _ARTIFACT[self.value]
 
+    @property
+    def per_dataset(self) -> bool:
+        """Whether each of its artifacts belongs to one dataset (not a model, not the decontamination)."""
+        return self.value not in ("train", "decontam")
+
     @classmethod
     def writing(cls, kind: str) -> Stage | None:
-        """The stage whose jobs write artifacts of ``kind`` (None for data, negatives, decontam)."""
+        """The stage whose jobs write artifacts of ``kind`` (None for data, which no job of the plan makes)."""
         return next((s for s in cls if s.artifact == kind), None)
 
     def __str__(self) -> str:
         return self.value
 
 
-_ARTIFACT = {"train": "model", "index": "index", "search": "run", "measure": "metrics"}
+_ARTIFACT = {"decontam": "decontam", "negatives": "negatives", "train": "model", "index": "index", "search": "run", "measure": "metrics"}
 
 #: the stages, in order
 STAGES = tuple(s.value for s in Stage)
@@ -82,4 +89,5 @@ class Job:
 
 def output_ref(job: Job) -> Ref:
     """The artifact ``job`` writes (a model belongs to no dataset)."""
-    return Ref(Stage(job.stage).artifact, job.id, None if job.stage == "train" else job.dataset)
+    stage = Stage(job.stage)
+    return Ref(stage.artifact, job.id, job.dataset if stage.per_dataset else None)

@@ -31,7 +31,8 @@ def negatives_job(cfg: Mapping[str, Any], dataset: str) -> Job:
     s = settings(cfg)
     return Job("negatives", "negatives", "bm25", "mine", dataset,
                inputs={"data": Ref("data", dataset=dataset), "index": Ref("index", s["index"], dataset)},
-               keys=("negatives", *affects("bm25", "search"), f"datasets.{dataset}.answer_rule"))
+               keys=("negatives", *affects("bm25", "search"), f"datasets.{dataset}.answer_rule"),
+               module="harness.negatives")
 
 
 def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) -> list[dict]:

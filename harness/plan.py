@@ -127,7 +127,7 @@ class Plan:
         """Every concrete job's inputs resolve to a job of the plan (or to data); an unknown system,
         index or model named by a config section fails here, before any job runs."""
         for (stage, _, dataset), job in self.jobs.items():
-            if dataset is None and stage != "train":
+            if dataset is None and Stage(stage).per_dataset:
                 continue
             try:
                 self.inputs(job)
@@ -138,7 +138,7 @@ class Plan:
     def concrete(self, stage: str) -> list[Job]:
         """Jobs with a fixed dataset (or none needed); templates are left out."""
         return [j for (s, _, d), j in sorted(self.jobs.items(), key=lambda kv: str(kv[0])) if s == stage
-                and (d is not None or stage == "train")]
+                and (d is not None or not Stage(stage).per_dataset)]
 
     def systems(self) -> dict[tuple[str, str], Job]:
         """(system, dataset) -> the search job whose run folder holds ``<system>.trec`` (derived once:
@@ -178,12 +178,13 @@ class Plan:
         return Ref("run", job.id, ref.dataset)
 
     def producer(self, ref: Ref) -> tuple[str, str, str | None] | None:
-        """(stage, id, dataset) of the job that makes ``ref`` (None for data/negatives/decontam)."""
+        """(stage, id, dataset) of the job that makes ``ref`` (None for data, which the plan does not
+        make; a negatives or decontam ref names no id: its job's id is its stage's name)."""
         ref = self.run_of(ref)
         stage = Stage.writing(ref.kind)
         if stage is None:
             return None
-        return stage, str(ref.id), (None if stage == "train" else ref.dataset)
+        return stage, str(ref.id or stage.value), (ref.dataset if stage.per_dataset else None)
 
     def inputs(self, job: Job) -> dict[str, Path]:
         """role -> path of every input (what the rule lists and the step reads)."""
@@ -214,14 +215,6 @@ class Plan:
         if ref.kind == "data":
             h = _digest({"dataset": lookup_key(self.cfg, f"datasets.{ref.dataset}"), "files": data_file_digest(
                 self.cfg, str(ref.dataset))})
-        elif ref.kind == "negatives":
-            from harness.negatives import negatives_job
-
-            h = self.hash(negatives_job(self.cfg, str(ref.dataset)))
-        elif ref.kind == "decontam":
-            from harness.decontam import report as hdecontam
-
-            h = hdecontam.config_hash(self.cfg)
         else:
             h = self.hash(self.job(*self.producer(ref)))  # type: ignore[misc]
         self._hash[key] = h
@@ -251,14 +244,6 @@ class Plan:
     def _ref_keys(self, ref: Ref) -> set[str]:
         if ref.kind == "data":
             return {f"datasets.{ref.dataset}"}
-        if ref.kind == "negatives":
-            from harness.negatives import negatives_job
-
-            return self.hashed_keys(negatives_job(self.cfg, str(ref.dataset)))
-        if ref.kind == "decontam":
-            from harness.decontam import report as hdecontam
-
-            return set(hdecontam.config_keys(self.cfg))
         return self.hashed_keys(self.job(*self.producer(ref)))  # type: ignore[misc]
 
     def unhashed_reads(self, job: Job, reads: Iterable[str]) -> list[str]:
@@ -340,9 +325,26 @@ def _cached(blob: str) -> Plan:
     for name, module in declarers:  # a job runs in its method's module unless it names another
         jobs += [j if j.module else replace(j, module=METHODS.get(j.method) if j.method in METHODS else module)
                  for j in importlib.import_module(module).declare(cfg, name)]
+    jobs += shared_jobs(cfg, jobs)
     plan = Plan(cfg, jobs)
     plan.check()
     return plan
+
+
+def shared_jobs(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
+    """The jobs no method declares but methods' jobs read: the decontamination (where config key
+    ``decontam`` names training sets) and the BM25 hard negatives of each dataset a job asks for.
+    Ordinary jobs of the plan (listed, hashed, checked as inputs like any other); each runs by its
+    own command (``python -m harness negatives`` / ``decontam --config``), which calls ``job.step``
+    of ``job.module`` with the paths the plan resolves."""
+    from harness.decontam.report import decontam_job, plan as decontam_sets
+    from harness.negatives import negatives_job
+
+    wanted = sorted({str(ref.dataset) for j in jobs for ref in j.inputs.values() if ref.kind == "negatives"})
+    out = [negatives_job(cfg, d) for d in wanted]
+    if decontam_sets(cfg)[0]:
+        out.append(decontam_job(cfg))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,7 +357,7 @@ def check_input(p: Plan, role: str, ref: Ref) -> Path:
     where = path(p.cfg, ref)
     if not where.exists():
         raise DataError(f"input {role} ({where}) does not exist", fix="run the rule that produces it first")
-    if ref.kind in ("data", "decontam"):
+    if ref.kind == "data":
         return where
     meta_path = Path(f"{where}.meta.json") if where.is_file() else where / "meta.json"
     if not meta_path.exists():
@@ -372,10 +374,6 @@ def check_input(p: Plan, role: str, ref: Ref) -> Path:
 
 
 def _producing_job(p: Plan, ref: Ref) -> Job:
-    if ref.kind == "negatives":
-        from harness.negatives import negatives_job
-
-        return negatives_job(p.cfg, str(ref.dataset))
     return p.job(*p.producer(ref))  # type: ignore[misc]
 
 

@@ -130,7 +130,7 @@ def negatives(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     p = hplan.get(cfg)
-    job = hneg.negatives_job(cfg, args.dataset)
+    job = p.job("negatives", "negatives", args.dataset)  # the plan's job (harness.plan.shared_jobs)
     inputs = {r: hplan.check_input(p, r, ref) for r, ref in job.inputs.items()}
     t0 = time.perf_counter()
     records = hneg.mine(cfg, args.dataset, inputs["data"], inputs["index"])

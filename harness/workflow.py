@@ -21,8 +21,10 @@ def _stage(rule: str) -> Stage:
 
 
 def _job(cfg: Mapping[str, Any], stage: str, wc: Any) -> hplan.Job:
-    dataset = getattr(wc, "dataset", None)
-    return hplan.get(cfg).job(_stage(stage), wc.job, None if stage == "train" else dataset)
+    """The plan's job of a rule's wildcards (a rule without ``{job}``, negatives or decontam, runs the
+    one job its stage has per dataset or in all, named as the stage)."""
+    st = _stage(stage)
+    return hplan.get(cfg).job(st, getattr(wc, "job", st.value), getattr(wc, "dataset", None) if st.per_dataset else None)
 
 
 def inputs(cfg: Mapping[str, Any], stage: str, wc: Any) -> dict[str, str]:
@@ -155,18 +157,6 @@ def announce(cfg: Mapping[str, Any], job: hplan.Job, stage: str | None = None) -
 
 def ids(cfg: Mapping[str, Any], stage: str) -> list[str]:
     return hplan.get(cfg).ids(_stage(stage)) or ["none"]
-
-
-def negatives_inputs(cfg: Mapping[str, Any], wc: Any) -> dict[str, str]:
-    from harness.negatives import negatives_job
-
-    return {r: str(hplan.path(cfg, ref)) for r, ref in negatives_job(cfg, wc.dataset).inputs.items()}
-
-
-def negatives_hash(cfg: Mapping[str, Any], wc: Any) -> str:
-    from harness.negatives import negatives_job
-
-    return hplan.get(cfg).hash(negatives_job(cfg, wc.dataset))
 
 
 def data_inputs(cfg: Mapping[str, Any], wc: Any) -> list[str]:

@@ -166,8 +166,11 @@ def test_decontam_config_errors(small):
     bad = {**cfg, "decontam": {"train": ["wq-qa:test"], "test": ["wq-qa"]}}
     with pytest.raises(ConfigError, match="both a training and a test set"):
         dreport.plan(bad)
-    args = dreport.stage_args(cfg)
-    assert "--train squad-open.train=" in args and "--test beir-fiqa.test=" in args and "--k 2" in args
+    from harness import plan as hplan
+
+    job = hplan.get(cfg).job("decontam", "decontam")  # an ordinary plan job: its inputs, the query sets' datasets
+    assert {"data_squad-open", "data_beir-fiqa"} <= set(job.inputs) and job.keys == ("decontam",)
+    assert hplan.output_ref(job) == hplan.Ref("decontam", "decontam", None)
 
 
 def test_snakemake_dry_run_of_the_decontam_target(repo, tmp_path):

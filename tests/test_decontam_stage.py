@@ -134,7 +134,8 @@ def test_malformed_line_names_file_and_line(files: dict[str, Path], tmp_path: Pa
     # nothing that looks finished, no temp folder left behind
     assert not (out / "meta.json").exists() and not (out / "table6.csv").exists()
     assert not (out / "train" / "x.jsonl").exists()
-    assert list(out.iterdir()) == []
+    assert not out.exists()  # written whole at a temporary sibling (io.atomic_path), moved into place at the end
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
 
 
 def test_malformed_test_file_and_worker_errors(files: dict[str, Path], tmp_path: Path) -> None:

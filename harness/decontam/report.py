@@ -8,8 +8,8 @@ Config key ``decontam`` (workflow/schemas/config.schema.yaml)::
       test: [squad-open:test, beir-fiqa] # test query sets: dataset key or key:split (default test)
 
 `plan` resolves these to the prepared files ``<results>/<profile>/data/<key>/queries-<split>.jsonl``;
-rule ``decontam`` (workflow/rules/decontam.smk) runs ``python -m harness decontam`` on them
-(`stage_args`), and rule ``decontam_report`` runs ``python -m harness decontam-report``, which
+:func:`decontam_job` is the plan's job (its inputs the datasets' folders), which rule ``decontam``
+(workflow/rules/decontam.smk) runs as ``python -m harness decontam --config ...`` (harness.decontam.cli), and rule ``decontam_report`` runs ``python -m harness decontam-report``, which
 writes LightRetriever's Table 6 (original size, deduplicated size, duplicates) and Table 7
 (sample pairs) for this profile's training sets, beside the published Table 6:
 ``<results_dir>/tables/lightretriever/6-measured.md|csv`` and ``7-measured.md|csv``.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import io
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,8 @@ from typing import Any
 from harness.datasets import store
 from harness.errors import ConfigError, DataError
 from harness.io import atomic_write_text, read_json
-from harness.settings import results_root, section_hash
+from harness.job import Job, Ref
+from harness.settings import results_root
 
 DEFAULT_K = 2
 DEFAULT_TABLE7 = 5
@@ -74,32 +74,13 @@ def plan(cfg: Mapping[str, Any]) -> tuple[list[QuerySet], list[QuerySet]]:
     return train, test
 
 
-def data_dirs(cfg: Mapping[str, Any]) -> list[str]:
-    """The prepared dataset folders the decontam rule reads (its inputs)."""
+def decontam_job(cfg: Mapping[str, Any]) -> Job:
+    """The plan's decontamination job: it reads config key ``decontam`` and the prepared folders of
+    its query sets' datasets (their hashes cover ``datasets.<key>``)."""
     train, test = plan(cfg)
-    keys = sorted({s.key for s in train + test})
-    return [str(results_root(cfg) / "data" / k) for k in keys]
-
-
-def stage_args(cfg: Mapping[str, Any]) -> str:
-    """The arguments of ``python -m harness decontam`` for this profile (shell-quoted)."""
-    train, test = plan(cfg)
-    dc = cfg.get("decontam") or {}
-    args = [f"--train {shlex.quote(f'{s.name}={s.path(cfg)}')}" for s in train]
-    args += [f"--test {shlex.quote(f'{s.name}={s.path(cfg)}')}" for s in test]
-    args += [f"--k {int(dc.get('k', DEFAULT_K))}", f"--table7-per-set {int(dc.get('table7_per_set', DEFAULT_TABLE7))}",
-             f"--workers {int(dc.get('workers', 1))}"]
-    return " ".join(args)
-
-
-def config_keys(cfg: Mapping[str, Any]) -> list[str]:
-    """The config keys the decontamination's hash covers: its section and every query set's dataset."""
-    train, test = plan(cfg)
-    return ["decontam", *sorted({f"datasets.{s.key}" for s in train + test})]
-
-
-def config_hash(cfg: Mapping[str, Any]) -> str:
-    return section_hash(cfg, *config_keys(cfg))
+    return Job("decontam", "decontam", "decontam", "run", None,
+               inputs={f"data_{k}": Ref("data", dataset=k) for k in sorted({s.key for s in train + test})},
+               keys=("decontam",), module="harness.decontam.stage")
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -25,11 +25,10 @@ killed run leaves nothing that looks finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
-import os
 import re
-import shutil
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ import numpy as np
 
 from harness.decontam.simhash import FingerprintIndex, fingerprints, format_query, pool_start_method
 from harness.errors import ConfigError, DataError
+from harness.io import atomic_path
 from harness.meta import git_commit, hardware, versions
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -159,34 +159,23 @@ def load_tests(specs: list[tuple[str, Path]]) -> IndexedTests:
     return tests
 
 
-class _Outputs:
-    """Temporary files under DIR/.decontam-<pid>.tmp, moved into place by ``commit``."""
+@contextlib.contextmanager
+def _worker_pool(workers: int) -> Iterator[Any]:
+    """A pool of ``workers`` processes that parse and fingerprint (None for one worker), closed
+    and joined on success, terminated on any error."""
+    if workers <= 1:
+        yield None
+        return
+    import multiprocessing as mp
 
-    def __init__(self, out_dir: Path) -> None:
-        self.out_dir = out_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.tmp = out_dir / f".decontam-{os.getpid()}.tmp"
-        if self.tmp.exists():
-            shutil.rmtree(self.tmp)
-        (self.tmp / "train").mkdir(parents=True)
-        self.final: list[str] = []
-
-    def path(self, rel: str) -> Path:
-        self.final.append(rel)
-        return self.tmp / rel
-
-    def commit(self) -> None:
-        meta = self.out_dir / "meta.json"
-        meta.unlink(missing_ok=True)  # until the new meta.json lands, the folder is not "finished"
-        (self.out_dir / "train").mkdir(exist_ok=True)
-        for rel in self.final:
-            if rel != "meta.json":
-                os.replace(self.tmp / rel, self.out_dir / rel)
-        os.replace(self.tmp / "meta.json", meta)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def abort(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+    pool = mp.get_context(pool_start_method()).Pool(workers)  # not fork: see pool_start_method
+    try:
+        yield pool
+    except BaseException:
+        pool.terminate()
+        raise
+    pool.close()
+    pool.join()
 
 
 def run(
@@ -198,8 +187,10 @@ def run(
     table7_per_set: int = 5,
     workers: int = 1,
     chunk: int = _CHUNK_LINES,
+    identity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Decontaminate the training sets against the test sets; returns the meta record."""
+    """Decontaminate the training sets against the test sets; returns the meta record (with
+    ``identity``, the plan job's config hash, values and input hashes, where the plan runs it)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ConfigError(f"--k must be an integer >= 0, got {k!r}", fix="tDRO/LightRetriever use --k 2")
     if table7_per_set < 0:
@@ -221,107 +212,109 @@ def run(
     index = FingerprintIndex(test_fps, k)
     t_index = time.perf_counter() - t0 - t_load
 
-    out = _Outputs(out_dir)
-    pool = None
-    try:
-        if workers > 1:
-            import multiprocessing as mp
-
-            ctx = mp.get_context(pool_start_method())  # not fork: see pool_start_method
-            pool = ctx.Pool(workers)
-        stats: dict[str, TrainStats] = {}
-        table7: list[list[Any]] = []
-        with open(out.path("duplicates.jsonl"), "w", encoding="utf-8") as dup_fh:
-            for name, path in train_specs:
-                st = stats[name] = TrainStats(path=str(path))
-                sampled = 0
-                with open(out.path(f"train/{name}.jsonl"), "wb") as keep_fh:
-                    for first, lines, rows, fps in _fingerprinted_chunks(path, chunk, pool, workers):
-                        st.blank_lines += len(lines) - len(rows)
-                        st.original += len(rows)
-                        qi, tj = index.query(fps)
-                        is_dup = np.zeros(len(rows), dtype=bool)
-                        is_dup[qi] = True
-                        keep_fh.writelines(_with_newline(lines[r]) for r in rows[~is_dup].tolist())
-                        if not len(qi):
-                            continue
-                        st.duplicates += int(is_dup.sum())
-                        st.pairs += len(qi)
-                        bounds = np.flatnonzero(np.diff(qi)) + 1
-                        for s, e in zip(np.concatenate(([0], bounds)).tolist(),
-                                        np.concatenate((bounds, [len(qi)])).tolist()):
-                            q = int(qi[s])
-                            r = int(rows[q])
-                            rec = json.loads(lines[r])
-                            matches = []
-                            for j in tj[s:e].tolist():
-                                matches.append({
-                                    "test_set": tests.names[j], "test_id": tests.ids[j],
-                                    "test_text": tests.texts[j],
-                                    "distance": int(np.bitwise_count(fps[q] ^ test_fps[j])),
-                                })
-                                if table7_per_set == 0 or sampled < table7_per_set:
-                                    table7.append([name, rec["id"], rec["text"], tests.names[j],
-                                                   tests.ids[j], tests.texts[j]])
-                                    sampled += 1
-                            dup_fh.write(json.dumps({
-                                "train_set": name, "train_id": rec["id"], "train_text": rec["text"],
-                                "line": first + r, "duplicates": matches,
-                            }, ensure_ascii=False) + "\n")
-        if pool:
-            pool.close()
-            pool.join()
-            pool = None
-
-        with open(out.path("table6.csv"), "w", encoding="utf-8", newline="") as fh:
+    with atomic_path(out_dir) as tmp:   # the folder appears whole, meta.json and all, or not at all
+        (tmp / "train").mkdir(parents=True)
+        with _worker_pool(workers) as pool:
+            stats, table7 = _scan(train_specs, tests, test_fps, index, tmp, pool, workers, chunk, table7_per_set)
+        written = ["duplicates.jsonl", *(f"train/{name}.jsonl" for name, _ in train_specs), "table6.csv", "table7.csv"]
+        with open(tmp / "table6.csv", "w", encoding="utf-8", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["dataset", "original", "deduped", "duplicates"])
             for name, st in stats.items():
                 w.writerow([name, st.original, st.deduped, st.duplicates])
-        with open(out.path("table7.csv"), "w", encoding="utf-8", newline="") as fh:
+        with open(tmp / "table7.csv", "w", encoding="utf-8", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["train_set", "train_id", "train_query", "test_set", "test_id", "test_query"])
             w.writerows(table7)
-        seconds = time.perf_counter() - t0
-        meta = {
-            "kind": "decontam",
-            "method": "SimHash 64-bit (PyPI simhash defaults, tDRO format_query), near-duplicate = "
-                      "Hamming distance <= k to any indexed test query",
-            "k": k,
-            "train": {n: {"path": s.path, "original": s.original, "deduped": s.deduped,
-                          "duplicates": s.duplicates, "pairs": s.pairs, "blank_lines": s.blank_lines}
-                      for n, s in stats.items()},
-            "test": tests.info,
-            "notes": [
-                "test records whose text is empty after format_query (e.g. only '_') are not indexed, as in tDRO",
-                ("texts without word characters (e.g. '???', '!!') all hash the empty feature: a training query "
-                 "without word characters matches every such test query (distance 0), as in tDRO"),
-            ],
-            "totals": {"original": sum(s.original for s in stats.values()),
-                       "deduped": sum(s.deduped for s in stats.values()),
-                       "duplicates": sum(s.duplicates for s in stats.values()),
-                       "pairs": sum(s.pairs for s in stats.values()),
-                       "test_indexed": len(tests.texts)},
-            "table7": {"per_train_set": table7_per_set or "all", "rows": len(table7),
-                       "selection": "all pairs" if table7_per_set == 0
-                       else f"first {table7_per_set} pairs of each training set, in file order"},
-            "seconds": {"load_tests": round(t_load, 3), "index_tests": round(t_index, 3),
-                        "total": round(seconds, 3)},
-            "workers": workers,
-            "versions": versions(("simhash", "ir-repro-harness")),
-            "git_commit": git_commit(),
-            "hardware": hardware(),
-        }
-        meta["bytes"] = {rel: (out.tmp / rel).stat().st_size for rel in out.final}
-        with open(out.path("meta.json"), "w", encoding="utf-8") as fh:
+        meta = _meta(k, stats, tests, table7, table7_per_set, workers,
+                     {"load_tests": round(t_load, 3), "index_tests": round(t_index, 3),
+                      "total": round(time.perf_counter() - t0, 3)})
+        meta["bytes"] = {rel: (tmp / rel).stat().st_size for rel in written}
+        meta.update(identity or {})
+        with open(tmp / "meta.json", "w", encoding="utf-8") as fh:
             fh.write(json.dumps(meta, indent=2, ensure_ascii=False, default=str) + "\n")
-        out.commit()
-        return meta
-    except BaseException:
-        if pool:
-            pool.terminate()
-        out.abort()
-        raise
+    return meta
+
+
+def _scan(train_specs: list[tuple[str, Path]], tests: Any, test_fps: np.ndarray, index: FingerprintIndex,
+          tmp: Path, pool: Any, workers: int, chunk: int,
+          table7_per_set: int) -> tuple[dict[str, TrainStats], list[list[Any]]]:
+    """Each training set streamed in chunks against the test index: the kept lines to
+    ``tmp/train/<name>.jsonl``, every duplicate with its matches to ``tmp/duplicates.jsonl``;
+    returns the counts per set and Table 7's sample pairs."""
+    stats: dict[str, TrainStats] = {}
+    table7: list[list[Any]] = []
+    with open(tmp / "duplicates.jsonl", "w", encoding="utf-8") as dup_fh:
+        for name, path in train_specs:
+            st = stats[name] = TrainStats(path=str(path))
+            sampled = 0
+            with open(tmp / "train" / f"{name}.jsonl", "wb") as keep_fh:
+                for first, lines, rows, fps in _fingerprinted_chunks(path, chunk, pool, workers):
+                    st.blank_lines += len(lines) - len(rows)
+                    st.original += len(rows)
+                    qi, tj = index.query(fps)
+                    is_dup = np.zeros(len(rows), dtype=bool)
+                    is_dup[qi] = True
+                    keep_fh.writelines(_with_newline(lines[r]) for r in rows[~is_dup].tolist())
+                    if not len(qi):
+                        continue
+                    st.duplicates += int(is_dup.sum())
+                    st.pairs += len(qi)
+                    bounds = np.flatnonzero(np.diff(qi)) + 1
+                    for s, e in zip(np.concatenate(([0], bounds)).tolist(),
+                                    np.concatenate((bounds, [len(qi)])).tolist()):
+                        q = int(qi[s])
+                        r = int(rows[q])
+                        rec = json.loads(lines[r])
+                        matches = []
+                        for j in tj[s:e].tolist():
+                            matches.append({
+                                "test_set": tests.names[j], "test_id": tests.ids[j],
+                                "test_text": tests.texts[j],
+                                "distance": int(np.bitwise_count(fps[q] ^ test_fps[j])),
+                            })
+                            if table7_per_set == 0 or sampled < table7_per_set:
+                                table7.append([name, rec["id"], rec["text"], tests.names[j],
+                                               tests.ids[j], tests.texts[j]])
+                                sampled += 1
+                        dup_fh.write(json.dumps({
+                            "train_set": name, "train_id": rec["id"], "train_text": rec["text"],
+                            "line": first + r, "duplicates": matches,
+                        }, ensure_ascii=False) + "\n")
+    return stats, table7
+
+
+def _meta(k: int, stats: dict[str, TrainStats], tests: Any, table7: list[list[Any]], table7_per_set: int,
+          workers: int, seconds: dict[str, float]) -> dict[str, Any]:
+    """The decontamination's meta.json record (provenance from harness.meta)."""
+    return {
+        "kind": "decontam",
+        "method": "SimHash 64-bit (PyPI simhash defaults, tDRO format_query), near-duplicate = "
+                  "Hamming distance <= k to any indexed test query",
+        "k": k,
+        "train": {n: {"path": s.path, "original": s.original, "deduped": s.deduped,
+                      "duplicates": s.duplicates, "pairs": s.pairs, "blank_lines": s.blank_lines}
+                  for n, s in stats.items()},
+        "test": tests.info,
+        "notes": [
+            "test records whose text is empty after format_query (e.g. only '_') are not indexed, as in tDRO",
+            ("texts without word characters (e.g. '???', '!!') all hash the empty feature: a training query "
+             "without word characters matches every such test query (distance 0), as in tDRO"),
+        ],
+        "totals": {"original": sum(s.original for s in stats.values()),
+                   "deduped": sum(s.deduped for s in stats.values()),
+                   "duplicates": sum(s.duplicates for s in stats.values()),
+                   "pairs": sum(s.pairs for s in stats.values()),
+                   "test_indexed": len(tests.texts)},
+        "table7": {"per_train_set": table7_per_set or "all", "rows": len(table7),
+                   "selection": "all pairs" if table7_per_set == 0
+                   else f"first {table7_per_set} pairs of each training set, in file order"},
+        "seconds": seconds,
+        "workers": workers,
+        "versions": versions(("simhash", "ir-repro-harness")),
+        "git_commit": git_commit(),
+        "hardware": hardware(),
+    }
 
 
 def _fingerprinted_chunks(
@@ -363,8 +356,13 @@ def main(argv: list[str]) -> int:
     train = [_parse_spec(s, "--train") for s in args.train]
     test = [_parse_spec(s, "--test") for s in args.test]
     meta = run(train, test, args.out_dir, k=args.k, table7_per_set=args.table7_per_set, workers=args.workers)
+    summary(meta, args.out_dir)
+    return 0
+
+
+def summary(meta: dict[str, Any], out_dir: Path) -> None:
+    """One line: what the decontamination dropped, and where it wrote."""
     tot = meta["totals"]
     print(f"decontam: {tot['original']} training queries, {tot['duplicates']} dropped "
           f"({tot['pairs']} pairs) against {tot['test_indexed']} test queries, k={meta['k']}, "
-          f"{meta['seconds']['total']:.1f}s -> {args.out_dir}")
-    return 0
+          f"{meta['seconds']['total']:.1f}s -> {out_dir}")

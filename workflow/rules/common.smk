@@ -58,14 +58,6 @@ def data_hash(wildcards):
     return hwf.data_hash(config, wildcards)
 
 
-def negatives_inputs(wildcards):
-    return hwf.negatives_inputs(config, wildcards)
-
-
-def negatives_hash(wildcards):
-    return hwf.negatives_hash(config, wildcards)
-
-
 def stage_inputs(stage):
     """Input function of a generic stage rule: the job's inputs, role -> path."""
 
@@ -96,18 +88,3 @@ def table_inputs(wildcards):
 def report_hash(wildcards):
     """Tables, claims and the index page re-render when the profile's captions or stand-ins change."""
     return hconfig.section_hash(config, "profile", "substitutions", "tables")
-
-
-from harness.decontam import report as hdecontam
-
-
-def decontam_inputs(wildcards):
-    return hdecontam.data_dirs(config)
-
-
-def decontam_args(wildcards):
-    return hdecontam.stage_args(config)
-
-
-def decontam_hash(wildcards):
-    return hdecontam.config_hash(config)

@@ -1,7 +1,9 @@
 # Decontamination before training (following tDRO): 64-bit SimHash of every training query
 # against the test queries of every evaluation set of the profile; a training query within
-# Hamming distance k of a test query is dropped. Config key decontam; the report's tables and
-# the paper they belong to come from harness.decontam.report.
+# Hamming distance k of a test query is dropped. Config key decontam; the job is the plan's
+# (harness.decontam.report.decontam_job), the report's tables and their paper come from harness.decontam.report.
+from harness.decontam import report as hdecontam
+
 try:
     DECONTAM_TRAIN, DECONTAM_TEST = hdecontam.plan(config)
 except HarnessError as exc:
@@ -15,13 +17,12 @@ DECONTAM_REPORT = [DECONTAM_REPORT_FILES["md6"]] if DECONTAM_TRAIN else []
 rule decontam:
     """SimHash near-duplicates of test queries removed from the training query sets."""
     input:
-        decontam_inputs,
+        unpack(stage_inputs("decontam")),
     output:
         directory(hplan.pattern(config, "decontam")),
     params:
         cfg=CFG,
-        h=decontam_hash,
-        args=decontam_args,
+        h=stage_hash("decontam"),
     log:
         f"{R}/logs/decontam.log",
     benchmark:
@@ -32,7 +33,7 @@ rule decontam:
         mem_mb=4000,
         gpu=0,
     shell:
-        "python -m harness --log {log} decontam {params.args} --out-dir {output}"
+        "python -m harness --log {log} decontam --config {params.cfg} --out-dir {output}"
 
 
 rule decontam_report:
@@ -44,7 +45,7 @@ rule decontam_report:
         **DECONTAM_REPORT_FILES,
     params:
         cfg=CFG,
-        h=decontam_hash,
+        h=stage_hash("decontam"),
     log:
         f"{R}/logs/tables/decontam-report.log",
     benchmark:

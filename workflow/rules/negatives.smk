@@ -1,12 +1,12 @@
 rule negatives:
     """BM25 hard negatives of a training dataset (config key negatives), shared by every method that trains on it."""
     input:
-        unpack(negatives_inputs),
+        unpack(stage_inputs("negatives")),
     output:
         hplan.pattern(config, "negatives"),
     params:
         cfg=CFG,
-        h=negatives_hash,
+        h=stage_hash("negatives"),
     log:
         f"{R}/logs/negatives/{{dataset}}.log",
     benchmark:
