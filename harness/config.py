@@ -307,9 +307,30 @@ def check_references(cfg: Mapping[str, Any]) -> None:
                 + f"; defined: {', '.join(cfg['backbones'])}"
             )
     check_index_specs(cfg)
+    check_names(cfg)
     for label, key in cfg["substitutions"].items():
         if key not in datasets:
             raise ConfigError(f"config key substitutions.{label}: unknown dataset {key!r}")
+
+
+def check_names(cfg: Mapping[str, Any]) -> None:
+    """Names the schema leaves to the registries that define them: each dataset's answer rule
+    (harness.evaluate.qa.ANSWER_RULES) and each paper of ``paper_settings`` (harness.published.PAPERS)."""
+    from harness.evaluate.qa import ANSWER_RULES
+    from harness.published import PAPERS
+
+    for key, dcfg in cfg["datasets"].items():
+        if "answer_rule" in dcfg and dcfg["answer_rule"] not in ANSWER_RULES:
+            close = difflib.get_close_matches(str(dcfg["answer_rule"]), ANSWER_RULES.names(), n=1)
+            raise ConfigError(f"config key datasets.{key}.answer_rule: unknown answer rule {dcfg['answer_rule']!r}"
+                              + (f" (did you mean {close[0]!r}?)" if close else ""),
+                              fix=f"use one of: {', '.join(ANSWER_RULES.names())}")
+    for paper in cfg.get("paper_settings") or {}:
+        if paper not in PAPERS:
+            close = difflib.get_close_matches(str(paper), PAPERS, n=1)
+            raise ConfigError(f"config key paper_settings.{paper}: unknown paper {paper!r}"
+                              + (f" (did you mean {close[0]!r}?)" if close else ""),
+                              fix=f"use one of: {', '.join(PAPERS)}")
 
 
 def check_index_specs(cfg: Mapping[str, Any]) -> None:

@@ -74,6 +74,7 @@ def load_published(paper: str, root: Path | None = None) -> dict[str, Any]:
 
     Raises ConfigError (naming the file and the offending record) when the file is missing, is not
     valid YAML, breaks the schema, or has a record whose table/row/column is undeclared or repeated.
+    (Over 80 lines: one check after another, each with its own message.)
     """
     import jsonschema
 

@@ -181,6 +181,8 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
     """Train ``params`` with ``step_fn`` over ``examples`` (see the module docstring); ``modules``
     (objects with ``.to(device)`` and ``.train()``) are moved to the device and set to train mode;
     ``rng`` defaults to ``random.Random(seed)``. Writes ``out/loss.tsv`` and calls ``save(out)``.
+    (Over 80 lines: the one loop every method trains with; its phases, set-up, the step, logging and
+    saving, share the accelerator state and read best in order.)
 
     Returns steps, total, examples, seconds, losses (all), loss_first / loss_last (5 each), and
     ``<part>_first`` / ``<part>_last`` for each loss part the step function reports."""

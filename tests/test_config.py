@@ -122,6 +122,15 @@ def test_unknown_train_dataset_and_substitution():
         load_config(overrides={"substitutions": {"NQ": "nope"}})
 
 
+def test_unknown_answer_rule_and_paper_are_named_with_the_known_ones():
+    """The schema leaves these names to their registries (workflow/ names no paper or method)."""
+    with pytest.raises(ConfigError, match=r"datasets.smoke.answer_rule: unknown answer rule 'dpr-strng' "
+                                          r"\(did you mean 'dpr-string'\?\).*dpr-regex"):
+        load_config(overrides={"datasets.smoke.answer_rule": "dpr-strng"})
+    with pytest.raises(ConfigError, match=r"paper_settings.bprr: unknown paper 'bprr' \(did you mean 'bpr'\?\)"):
+        load_config(overrides={"paper_settings": {"bprr": {}}})
+
+
 @pytest.mark.parametrize("text, line", [
     ("profile: small\nseed: 3 : 4\nfoo: 1\n", 2),            # mapping values not allowed (line 2)
     ("a: 1\nb: 2\n\tc: 3\n", 3),                               # a tab cannot start a token (line 3)

@@ -126,3 +126,16 @@ def test_cli_cards_and_check(repo):
     assert r.returncode == 0 and "valid" in r.stdout, r.stderr
     r = subprocess.run([sys.executable, "-m", "harness", "datasets", "--cards"], cwd=repo, capture_output=True, text=True, check=False)
     assert r.returncode == 0 and r.stdout.startswith("# Dataset cards")
+
+
+def test_check_catalog_names_an_unknown_paper_or_answer_rule(doc):
+    """The schema leaves paper ids and answer rules to their registries; the catalog check names them."""
+    key = next(k for k, c in doc["datasets"].items() if c.get("papers"))
+    bad = copy.deepcopy(doc)
+    bad["datasets"][key]["papers"] = ["bprr"]
+    with pytest.raises(ConfigError, match=rf"datasets.{key}.papers names unknown paper 'bprr'"):
+        catalog.check_catalog(bad)
+    bad = copy.deepcopy(doc)
+    bad["datasets"][key]["answer_rule"] = "exact"
+    with pytest.raises(ConfigError, match=rf"datasets.{key}.answer_rule: unknown answer rule 'exact'"):
+        catalog.check_catalog(bad)

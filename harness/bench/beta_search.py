@@ -488,6 +488,8 @@ def scale_run(args: argparse.Namespace, say: Callable, threads: int) -> dict[str
 
 
 def main(argv: list[str]) -> int:
+    """The benchmark, top to bottom (one function over 80 lines: a script that prints its sections in
+    the order it measures them; each measurement is a function above)."""
     args = parse_args(argv)
     rng = np.random.default_rng(args.seed)
     res: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}

@@ -197,6 +197,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
+    """The benchmark, top to bottom (one function over 80 lines: a script that builds, times and prints
+    each index in turn; the rows are shared state of that sequence)."""
     a = _parse(argv)
     # OpenMP threads that spin while waiting are ruinous on a shared, oversubscribed machine
     # (PQ training ran 5x slower with 2 spinning threads); must be set before faiss loads libgomp.
@@ -464,7 +466,8 @@ def _report(a: argparse.Namespace, rows: dict[str, Row], seconds: float) -> dict
 
 
 def _checks(a: argparse.Namespace, rows: dict[str, Row]) -> list[dict[str, Any]]:
-    """The paper's efficiency claims, each with our value, the paper's, and a verdict."""
+    """The paper's efficiency claims, each with our value, the paper's, and a verdict (over 80 lines:
+    one ``add`` per claim, a flat list to read beside the paper)."""
     g = rows.get
     d = a.dim
     out: list[dict[str, Any]] = []

@@ -220,6 +220,8 @@ def _qps(times: dict, n_train: int, n_test: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    """The benchmark, top to bottom (over 80 lines: a script that loads, times both implementations and
+    prints the comparison in that order)."""
     ap = argparse.ArgumentParser(prog="python -m harness bench decontam", description=__doc__.split("\n")[0])
     ap.add_argument("--n-train", type=int, default=None, help="training queries (default: the whole train pool)")
     ap.add_argument("--n-test", type=int, default=None, help="test queries (default: the whole test pool)")

@@ -55,8 +55,16 @@ def check_catalog(doc: Mapping[str, Any], source: str = "configs/datasets.yaml")
     """What the schema cannot say: provenance keys exist; no checksum is claimed without a source."""
     sources = set(doc["sources"])
     cards = doc["datasets"]
+    from harness.evaluate.qa import ANSWER_RULES
+
     for key, card in cards.items():
         where = f"{source}: datasets.{key}"
+        unknown = [p for p in card.get("papers", []) if p not in PAPER_TITLES]
+        if unknown:
+            raise ConfigError(f"{where}.papers names unknown paper {unknown[0]!r}", fix=f"use one of: {', '.join(PAPER_TITLES)}")
+        if card.get("answer_rule") is not None and card["answer_rule"] not in ANSWER_RULES:
+            raise ConfigError(f"{where}.answer_rule: unknown answer rule {card['answer_rule']!r}",
+                              fix=f"use one of: {', '.join(ANSWER_RULES.names())}")
         if card.get("corpus_ref") and card["corpus_ref"] not in cards:
             raise ConfigError(f"{where}.corpus_ref names unknown card {card['corpus_ref']!r}")
         parts = ([("corpus", card["corpus"])] if "corpus" in card else []) + \

@@ -154,7 +154,8 @@ def _md_escape(text: str) -> str:
 
 
 def render(cfg: Mapping[str, Any], decontam_dir: Path, out_md: Path) -> list[Path]:
-    """Write Table 6 (measured beside published) and Table 7 (sample pairs) for this profile."""
+    """Write Table 6 (measured beside published) and Table 7 (sample pairs) for this profile (over
+    80 lines: the two tables' markdown and CSV, written in the order they appear)."""
     decontam_dir = Path(decontam_dir)
     meta = read_json(decontam_dir / "meta.json")
     t6 = _read_csv(decontam_dir / "table6.csv")

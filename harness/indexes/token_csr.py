@@ -266,7 +266,8 @@ if _numba is not None:
     def _search_kernel_py(indptr, postings, n_docs, q_indptr, q_tok, q_w, n_scatter, slot, f_w, fwd_ptr, fwd,
                           group, sub, n_seg, out_s, out_i):  # pragma: no cover - compiled
         """Top k of each query over each passage segment; out_s/out_i ([n_seg, B, k], preset to
-        -inf / sentinel) end as min-heaps.
+        -inf / sentinel) end as min-heaps. (One function over 80 lines: numba compiles it as one
+        parallel kernel; helpers would be calls inside the innermost loops.)
 
         Tasks = (passage segment, query group of <= ``group`` queries). Per block of passages:
         (1) scatter pass: query by query, the first ``n_scatter[q]`` tokens of its row (canonical
