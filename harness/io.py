@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,9 +21,12 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary sibling path; on success it is renamed to ``path``, on error removed.
 
     Works for files and folders (write a folder at the yielded path, it is moved into place).
+    A temporary of ``path`` that a killed process left behind is removed first (:func:`stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for old in stale_temporaries(path):
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     target = tmp / path.name
     try:
@@ -34,6 +38,18 @@ def atomic_path(path: Path) -> Iterator[Path]:
         os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stale_temporaries(path: Path) -> list[Path]:
+    """The temporaries :func:`atomic_path` made for ``path`` itself (``.<name>.<8 random>.tmp``
+    beside it), never another output's: ``.lightretriever.speed.x1y2z3w4.tmp`` is not a temporary
+    of ``lightretriever``. Only the job writing ``path`` calls this, and Snakemake runs one such
+    job at a time, so whatever matches was left by a killed run."""
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
+    if not path.parent.is_dir():
+        return []
+    return sorted(p for p in path.parent.iterdir() if pattern.fullmatch(p.name))
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -72,6 +72,28 @@ def test_corrupted_mirror_file_is_a_clear_error(tmp_path, shared_data):
         prepare("squad-open", cfg["datasets"]["squad-open"], cfg, tmp_path / "sq")
 
 
+def test_damaged_mirror_corpus_is_an_error_not_a_fallback(tmp_path, shared_data, monkeypatch):
+    """A truncated BEIR corpus in a mirror stops with its checksum, never falls back to the official
+    zip through ir_datasets (a fallback is for an absent file only)."""
+    import shutil
+
+    from harness.datasets import beir
+
+    monkeypatch.delenv("HARNESS_DATA_MIRROR", raising=False)
+    monkeypatch.setattr(beir, "_corpus_from_ir_datasets", lambda name: pytest.fail("fell back to ir_datasets"))
+    mirror = tmp_path / "mirror"
+    for f in beir.remote_files("scifact").values():
+        (mirror / f.in_mirror).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shared_data / f.in_mirror, mirror / f.in_mirror)
+    corpus = mirror / beir.remote_files("scifact")["corpus"].in_mirror
+    corpus.write_bytes(corpus.read_bytes()[:5000])
+    cfg = _cfg(tmp_path, mirror=mirror, datasets={"scifact": {"id": "beir/scifact/test", "family": "beir", "name": "scifact"}})
+    cfg["data"]["offline"] = False
+    with pytest.raises(DataError, match=r"mirror file .*corpus.jsonl.gz is corrupted") as exc:
+        prepare("scifact", cfg["datasets"]["scifact"], cfg, tmp_path / "sf")
+    assert not isinstance(exc.value, beir.Unavailable) and "sha256" in str(exc.value)
+
+
 def test_offline_without_mirror_names_file_url_and_setting(tmp_path, monkeypatch):
     monkeypatch.delenv("HARNESS_DATA_MIRROR", raising=False)
     cfg = _cfg(tmp_path, datasets={"squad-open": {"id": "harness:squad-open", "family": "squad-open"}})

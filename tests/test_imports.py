@@ -210,3 +210,17 @@ def test_the_layer_check_finds_an_upward_import():
 def test_no_module_imports_a_layer_above_its_own():
     found = upward_imports(import_graph())
     assert not found, "upward imports:\n  " + "\n  ".join(found)
+
+
+def test_every_torch_load_refuses_pickled_code():
+    """Loading someone else's model folder must not run the code a pickle can hold: every
+    ``torch.load`` passes ``weights_only=True`` (what the harness saves is tensors and plain data)."""
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.load":
+                kw = {k.arg: ast.unparse(k.value) for k in node.keywords}
+                if kw.get("weights_only") != "True":
+                    bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not bad, f"torch.load without weights_only=True: {bad}"

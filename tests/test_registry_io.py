@@ -251,3 +251,25 @@ def test_read_json_missing_names_file(tmp_path):
     path = tmp_path / "missing.json"
     with pytest.raises(DataError, match="missing.json"):
         read_json(path)
+
+
+def test_atomic_path_removes_its_own_stale_temporaries_only(tmp_path):
+    """A killed job leaves ``.<name>.<8 random>.tmp`` beside its output; the next write of that
+    output removes it, and never a temporary of another output whose name starts the same."""
+    from harness.io import stale_temporaries
+
+    left = tmp_path / ".lightretriever.k2j4x9q0.tmp"      # a folder a SIGKILL left
+    (left / "lightretriever").mkdir(parents=True)
+    (left / "lightretriever" / "big.bin").write_bytes(b"x" * 100)
+    left_file = tmp_path / ".lightretriever.ab_cd123.tmp"  # a file-shaped one
+    left_file.write_text("half")
+    other = tmp_path / ".lightretriever.speed.k2j4x9q0.tmp"  # another output's, maybe in flight
+    other.mkdir()
+    unrelated = tmp_path / ".lightretriever.short.tmp"
+    unrelated.mkdir()
+    assert stale_temporaries(tmp_path / "lightretriever") == [left_file, left]
+    with atomic_path(tmp_path / "lightretriever") as t:
+        t.mkdir()
+    assert not left.exists() and not left_file.exists()
+    assert other.exists() and unrelated.exists() and (tmp_path / "lightretriever").is_dir()
+    assert stale_temporaries(tmp_path / "missing" / "x") == []

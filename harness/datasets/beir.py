@@ -12,11 +12,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.settings import mirror_dirs
 from harness.datasets import Doc, Query, store
-from harness.datasets.download import RemoteFile, fetch
+from harness.datasets.download import RemoteFile, Unavailable, fetch
 from harness.errors import DataError
 from harness.io import iter_jsonl
+from harness.settings import mirror_dirs
 
 ANSERINI_TOOLS = "https://raw.githubusercontent.com/castorini/anserini-tools/5b819c1a45c8a0a3ec9426f476694f44a29dfaf3"
 
@@ -105,7 +105,7 @@ def prepare(key: str, dcfg: Mapping[str, Any], cfg: Mapping[str, Any], out: Path
     if "corpus" in files:  # our mirror's converted copy, when a cache or mirror holds it
         try:
             docs = _corpus_from_jsonl_gz(fetch(files["corpus"], **{**kw, "offline": True}))
-        except DataError:
+        except Unavailable:  # absent only: a damaged copy is an error the user must see (download.py)
             if kw["offline"]:
                 raise
     if docs is None:  # the official BEIR zip, downloaded and checksummed by ir_datasets

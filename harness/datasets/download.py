@@ -359,8 +359,13 @@ def _describe_mirrors(mirrors: Sequence[Path]) -> str:
     return ", ".join(str(m) if m.is_dir() else f"{m} (missing)" for m in mirrors)
 
 
+class Unavailable(DataError):
+    """A file no cache, mirror or download could provide (absent, not damaged: a file that fails
+    verification is a plain DataError, never a reason to try another source)."""
+
+
 def _unavailable(f: RemoteFile, why: str, final: Path, mirrors: Sequence[Path]) -> DataError:
-    return DataError(
+    return Unavailable(
         f"cannot get {f.name}: {why} and not in cache ({final}) or any mirror ({_describe_mirrors(mirrors)})",
         fix=f"download {f.url} into a mirror folder as <dir>/{f.in_mirror} and set "
         f"{MIRROR_ENV}=<dir> (or config key {MIRROR_CONFIG_KEY})",

@@ -104,7 +104,7 @@ class Reader:
         quiet_transformers()
         enc = AutoModel.from_pretrained(Path(folder) / ENCODER_DIR)
         r = cls(ctx, enc, AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR))
-        r.heads.load_state_dict(torch.load(Path(folder) / HEADS_FILE, map_location="cpu"))
+        r.heads.load_state_dict(torch.load(Path(folder) / HEADS_FILE, map_location="cpu", weights_only=True))
         return r
 
     def save(self, folder: Path) -> None:

@@ -105,7 +105,7 @@ class PhraseModel:
         else:
             qs, qe = (AutoModel.from_pretrained(folder / e) for e in ENCODERS[1:])
         filt = torch.nn.Linear(int(phrase.config.hidden_size), 2)
-        filt.load_state_dict(torch.load(folder / HEADS_FILE, map_location="cpu"))
+        filt.load_state_dict(torch.load(folder / HEADS_FILE, map_location="cpu", weights_only=True))
         s = merged(s, {"shared_encoder": info["shared_encoder"], "split_vectors": info["split_vectors"]})
         return cls(s, phrase, qs, qe, AutoTokenizer.from_pretrained(folder / ENCODERS[0]), filt)
 

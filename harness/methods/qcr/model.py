@@ -63,7 +63,7 @@ class QCRModel:
         from vector_quantize_pytorch import FSQ
 
         quiet_transformers()
-        state = torch.load(Path(folder) / MODEL_FILE, weights_only=False)
+        state = torch.load(Path(folder) / MODEL_FILE, weights_only=True)  # plain data: no pickle runs code
         s = state["settings"]
         enc = AutoModel.from_pretrained(Path(folder) / ENCODER_DIR)
         tok = AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR)
