@@ -357,14 +357,16 @@ def check_input(p: Plan, role: str, ref: Ref) -> Path:
     where = path(p.cfg, ref)
     if not where.exists():
         raise DataError(f"input {role} ({where}) does not exist", fix="run the rule that produces it first")
-    if ref.kind == "data":
-        return where
     meta_path = Path(f"{where}.meta.json") if where.is_file() else where / "meta.json"
     if not meta_path.exists():
         raise DataError(f"{where} has no meta.json (an incomplete artifact)", fix=f"delete {where} and re-run")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     want = p.ref_hash(ref)
     got = meta.get("config_hash")
+    if got != want and ref.kind == "data":  # no job of the plan: the dataset's settings and local files
+        raise ConfigError(f"{where} was prepared with config hash {got}, the current config gives {want}: config key "
+                          f"datasets.{ref.dataset} (or a local file it reads) changed since",
+                          fix=f"delete {where} (or run snakemake with --forcerun {where}) so that it is prepared again")
     if got != want:
         prod = _producing_job(p, ref)
         raise ConfigError(f"{where} was built with config hash {got}, the current config gives {want}: "

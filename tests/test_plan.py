@@ -391,6 +391,32 @@ def test_check_input_names_a_changed_input(tmp_path):
         hp.check_input(new, "model", hp.Ref("model", "dpr"))
 
 
+def test_check_input_refuses_a_decontamination_built_under_another_setting(tmp_path):
+    """The decontamination is a plan job like any other: a folder built with k 2 is refused under k 8,
+    naming the key (it was consumed unchecked before)."""
+    old, new = (fresh_plan(config("smoke", {"results_dir": str(tmp_path), "decontam.k": k})) for k in (2, 8))
+    folder = _fake_artifact(old, old.job("decontam", "decontam"))
+    assert hp.check_input(old, "decontam", hp.Ref("decontam")) == folder
+    with pytest.raises(ConfigError, match=r"config key decontam changed"):
+        hp.check_input(new, "decontam", hp.Ref("decontam"))
+
+
+def test_check_input_refuses_data_prepared_under_another_setting(tmp_path):
+    """A dataset folder's meta.json carries its plan hash (python -m harness data); one prepared with
+    another datasets.<key> setting is refused, naming the key, not read by a search job."""
+    from harness.meta import write_meta
+
+    old, new = (fresh_plan(config("smoke", {"results_dir": str(tmp_path), "datasets.smoke.max_test_queries": n}))
+                for n in (10, 20))
+    ref = hp.Ref("data", dataset="smoke")
+    folder = hp.path(old.cfg, ref)
+    folder.mkdir(parents=True)
+    write_meta(folder, "dataset", spec="harness:smoke", config_hash=old.ref_hash(ref), seconds=0.0)
+    assert hp.check_input(old, "data", ref) == folder
+    with pytest.raises(ConfigError, match=r"config key datasets.smoke .*changed"):
+        hp.check_input(new, "data", ref)
+
+
 def test_check_input_refuses_an_artifact_without_meta(tmp_path):
     from harness.errors import DataError
 

@@ -5,7 +5,8 @@ import argparse
 import time
 from pathlib import Path
 
-from harness.config import add_config_argument, load_config, section_hash
+from harness import plan as hplan
+from harness.config import add_config_argument, load_config
 from harness.datasets import prepare
 from harness.errors import ConfigError
 from harness.io import atomic_path
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
         info = prepare(args.dataset, dcfg, cfg, tmp)
-        write_meta(tmp, "dataset", spec=dcfg["id"], config_hash=section_hash(cfg, f"datasets.{args.dataset}"),
+        write_meta(tmp, "dataset", spec=dcfg["id"], config_hash=hplan.get(cfg).ref_hash(hplan.Ref("data", dataset=args.dataset)),
                    seconds=time.perf_counter() - t0, extra={"key": args.dataset, "family": dcfg["family"], **info})
     print(f"{args.dataset}: {info.get('documents')} documents, queries {info.get('queries')}")
     return 0
