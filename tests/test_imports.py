@@ -153,7 +153,7 @@ def test_every_name_a_module_exports_exists():
 # the site, the Python API, the benchmarks) drive all of it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("harness", "harness.errors", "harness.units", "harness.registry", "harness.progress",
-                    "harness.io")),
+                    "harness.io", "harness.stats")),
     ("settings", ("harness.settings", "harness.meta", "harness.numerics")),
     ("records", ("harness.job", "harness.recording", "harness.runs", "harness.artifacts", "harness.figures",
                  "harness.timing", "harness.train", "harness.models", "harness.published",
