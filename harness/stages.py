@@ -95,7 +95,7 @@ def measure(argv: list[str]) -> int:
 def evaluate(argv: list[str]) -> int:
     """Every ``<system>.trec`` of a search job's folder -> ``<out>/<system>.json``."""
     from harness import plan as hplan
-    from harness.evaluate.run import evaluate_run
+    from harness.evaluate.run import PER_QUERY_SUFFIX, evaluate_run, write_per_query
     from harness.io import write_json
 
     args = _args("evaluate", argv)
@@ -109,9 +109,12 @@ def evaluate(argv: list[str]) -> int:
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
         for system in job.systems:
-            res = evaluate_run(cfg, str(job.dataset), run_dir / f"{system}.trec", split=job.params.get("split", "test"))
+            per_query: dict[str, dict[str, float]] = {}
+            res = evaluate_run(cfg, str(job.dataset), run_dir / f"{system}.trec", split=job.params.get("split", "test"),
+                               per_query=per_query)
             res["system"] = system
             write_json(tmp / f"{system}.json", res)
+            write_per_query(tmp / f"{system}{PER_QUERY_SUFFIX}", per_query)  # what the claims' paired tests read
             print(f"{system}/{job.dataset}: " + ", ".join(f"{k}={v:.4f}" for k, v in res["measures"].items()))
     return 0
 

@@ -121,3 +121,37 @@ def test_default_relevance_is_unchanged(tmp_path):
     assert "relevance" not in res
     assert res["answer_rule"] == "dpr-string"  # answer-string top-k accuracy, as before
     assert {f"Success@{k}" for k in cfg["evaluate"]["qa_cutoffs"]} <= set(res["measures"])
+
+
+@pytest.mark.parametrize("key, dcfg", [("smoke", {"id": "harness:smoke", "family": "smoke"}),  # answers + qrels
+                                       ("smoke-ir", SMOKE_IR)])                                   # gold qrels only
+def test_per_query_values_average_to_every_aggregate(tmp_path, key, dcfg):
+    """Every measure kind (answer-string Success@k, ir_measures over qrels) keeps its per-query values,
+    and their mean is the aggregate the eval JSON reports; the file round-trips byte-stably."""
+    import random
+
+    from harness.evaluate.run import read_per_query, write_per_query
+
+    cfg = load_config([], overrides={"results_dir": str(tmp_path / "results"), "datasets": {key: dcfg},
+                                     "evaluate": {"ir_measures": ["nDCG@10", "RR@10", "R@100"], "qa_cutoffs": [1, 5, 20]}})
+    _, folder = _prepared(cfg, key)
+    docs = [d.id for d in store.iter_corpus(folder)]
+    rng = random.Random(3)
+    run = {q.id: [(d, 1.0 / (i + 1)) for i, d in enumerate(rng.sample(docs, 30) + list(q.gold or [])[:1])]
+           for q in store.read_queries(folder, "test")}
+    run_path = tmp_path / "r.trec"
+    write_run(run_path, run, tag="t")
+    per_query: dict = {}
+    res = evaluate_run(cfg, key, run_path, per_query=per_query)
+    kinds = {m for vals in per_query.values() for m in vals}
+    assert kinds == set(res["measures"]) and len(kinds) >= 3
+    for m, agg in res["measures"].items():
+        vals = [v[m] for v in per_query.values() if m in v]
+        assert vals and sum(vals) / len(vals) == pytest.approx(agg, abs=1e-12), m
+    if key == "smoke":
+        assert {m for m in kinds if m.startswith("Success@")} == {"Success@1", "Success@5", "Success@20"}
+        assert all(v in (0.0, 1.0) for vals in per_query.values() for m, v in vals.items() if m.startswith("Success@"))
+    f1, f2 = tmp_path / "a.perquery.tsv.gz", tmp_path / "b.perquery.tsv.gz"
+    write_per_query(f1, per_query)
+    write_per_query(f2, per_query)
+    assert f1.read_bytes() == f2.read_bytes() and read_per_query(f1) == per_query

@@ -19,10 +19,16 @@ def parse_measures(names: Sequence[str]) -> list:
 
 
 def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
-             names: Sequence[str]) -> dict[str, float]:
-    """Aggregate values keyed by the measure's ir_measures string (printed as parsed)."""
+             names: Sequence[str], per_query: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
+    """Aggregate values keyed by the measure's ir_measures string (printed as parsed); with
+    ``per_query`` (a dict), also each query's value, ``{qid: {measure: value}}`` (ir_measures'
+    ``iter_calc``, the values its aggregate is the mean of)."""
     import ir_measures
 
     measures = parse_measures(names)
-    agg = ir_measures.calc_aggregate(measures, dict(qrels), {q: dict(d) for q, d in run.items()})
+    qrels, run = dict(qrels), {q: dict(d) for q, d in run.items()}
+    agg = ir_measures.calc_aggregate(measures, qrels, run)
+    if per_query is not None:
+        for m in ir_measures.iter_calc(measures, qrels, run):
+            per_query.setdefault(m.query_id, {})[str(m.measure)] = float(m.value)
     return {str(m): float(agg[m]) for m in measures}

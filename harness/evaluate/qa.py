@@ -268,6 +268,12 @@ def first_hit_ranks(results: dict[str, list[str]], answers: dict[str, list[str]]
     return out
 
 
+def per_query_success(first_hits: dict[str, int | None], cutoffs: Sequence[int]) -> dict[str, dict[str, float]]:
+    """``{qid: {"Success@k": 1.0 or 0.0}}``: each question's top-k accuracy (their mean is
+    :func:`topk_accuracy`)."""
+    return {q: {f"Success@{k}": float(r is not None and r <= k) for k in cutoffs} for q, r in first_hits.items()}
+
+
 def topk_accuracy(first_hits: dict[str, int | None], cutoffs: Sequence[int]) -> dict[str, float]:
     """``Success@k`` as DPR's top-k accuracy: share of questions answered within the top k."""
     n = len(first_hits)
