@@ -3,7 +3,16 @@
 Each claim compares two quantities (measured values or constants); a measure ``metric:<name>``
 reads the system's metrics file (efficiency figures, in base units). The right side is
 ``factor × rhs + offset`` (defaults 1 and 0; offset -0.02 reads "within 2 points"). Columns of the output:
-claim_id, paper, holds (true / false / not run), measured, detail.
+claim_id, paper, holds (true / false / not run: the comparison of the two aggregates), measured,
+detail, and the evidence (:func:`evidence`, harness.stats): verdict, test, n, diff, ci_low, ci_high, p,
+p_holm (Holm over the tested claims of each paper, per profile) and mdd (the minimum detectable
+difference at alpha 0.05, power 0.8, for the claim's n).
+
+Verdicts: ``holds`` (significant in the claimed direction after Holm), ``holds (not significant)``,
+``fails (not significant)``, ``fails`` (significant against the claim), ``holds (exact)`` / ``fails
+(exact)`` for sizes in bytes (deterministic: no sampling to test), ``holds (untested)`` / ``fails
+(untested)`` where no test applies yet (timings: their ratio interval over the timed repeats is not
+linked to the claims yet; the ``test`` column says why), ``not run`` (with the reason).
 """
 from __future__ import annotations
 
@@ -15,12 +24,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import stats
 from harness.config import REPO, add_config_argument, load_config, read_yaml, validate
 from harness.io import atomic_write_text
-from harness.measured import available, check_measure, find_key, outputs
+from harness.measured import Found, available, check_measure, find_key, outputs
 
 CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+ALPHA = 0.05
+EVIDENCE = ["verdict", "test", "n", "diff", "ci_low", "ci_high", "p", "p_holm", "mdd"]
+COLUMNS = ["claim_id", "paper", "holds", "measured", "detail", *EVIDENCE]
 
 
 def load_claims(path: Path = CLAIMS) -> list[dict[str, Any]]:
@@ -42,26 +55,28 @@ def quantity_key(cfg: Mapping[str, Any], q: Mapping[str, Any]) -> str | None:
 
 
 def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
-    values, names = [], []
+    values, names, found = [], [], []
     for side in ("lhs", "rhs"):
         q = claim[side]
         key = quantity_key(cfg, q)
         if key is None:
             values.append(float(q["value"]))
             names.append(f"{q['value']}")
+            found.append(None)
             continue
         why = available(cfg, key)
         if why:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: {why}"}
-        found = find_key(cfg, key)
-        if found.value is None:
+        found_ = find_key(cfg, key)
+        if found_.value is None:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
-                    "detail": f"{key}: {found.reason}"}
-        v, unit = found.value, found.unit
-        if found.raw and found.raw.get("kind") == "projected":
+                    "detail": f"{key}: {found_.reason}"}
+        v, unit = found_.value, found_.unit
+        if found_.raw and found_.raw.get("kind") == "projected":
             unit = (unit + " projected").strip()
         values.append(v)
+        found.append(found_)
         names.append(f"{key}={v:.6g}" + (f" {unit}" if unit else ""))
     factor = claim.get("factor", 1.0)
     offset = claim.get("offset", 0.0)
@@ -70,7 +85,80 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
     if offset:
         rhs += f" {'+' if offset > 0 else '-'} {abs(offset)}"
     return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "true" if holds else "false",
-            "measured": f"{names[0]} {claim['op']} {rhs}", "detail": claim["statement"]}
+            "measured": f"{names[0]} {claim['op']} {rhs}", "detail": claim["statement"],
+            **evidence(claim, values, found)}
+
+
+def per_query(found: Found | None, measure: str | None) -> dict[str, float] | None:
+    """The per-query values behind an evaluation measure (``<system>.perquery.tsv.gz`` beside its
+    eval JSON); None for a constant, a metrics figure or an evaluation without the file."""
+    from harness.evaluate.run import PER_QUERY_SUFFIX, read_per_query
+
+    if found is None or found.path is None or found.path.parent.parent.parent.name != "eval":
+        return None
+    f = found.path.with_name(found.path.stem + PER_QUERY_SUFFIX)
+    if not f.exists():
+        return None
+    return {q: v[measure] for q, v in read_per_query(f).items() if measure in v} if measure else None
+
+
+def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | None]) -> dict[str, Any]:
+    """The statistical evidence of one claim (before Holm): which test applies, its n, the mean
+    difference ``lhs - (factor * rhs + offset)`` with its 95% interval, p and the minimum
+    detectable difference. Paired over the queries both sides share where both are evaluations
+    with per-query values (a constant side is a vector of that constant)."""
+    factor, offset = claim.get("factor", 1.0), claim.get("offset", 0.0)
+    out: dict[str, Any] = {"diff": values[0] - (factor * values[1] + offset)}
+    units = {f.unit for f in found if f is not None and f.unit}
+    if units and units <= {"B"}:
+        return {**out, "test": "exact: sizes in bytes are deterministic", "n": ""}
+    if any(f is not None and f.path is not None and "/metrics/" in str(f.path) for f in found):
+        return {**out, "test": "none: a timing; its ratio interval over the timed repeats is not linked to claims yet",
+                "n": ""}
+    pq = [per_query(f, claim[side].get("measure")) for f, side in zip(found, ("lhs", "rhs"), strict=True)]
+    if any(f is not None and p is None for f, p in zip(found, pq, strict=True)):
+        return {**out, "test": "none: no per-query values (an evaluation written before they were kept)", "n": ""}
+    if pq[0] is not None and pq[1] is not None and set(pq[0]) != set(pq[1]):
+        a, b = list(pq[0].values()), [factor * v + offset for v in pq[1].values()]
+        lo, hi = stats.bootstrap_ci((a, b), lambda u, v, axis: u.mean(axis) - v.mean(axis))
+        return {**out, "test": "unpaired bootstrap: the two sides are measured on different queries",
+                "n": f"{len(a)}/{len(b)}", "ci_low": lo, "ci_high": hi}
+    qids = sorted(pq[0] or pq[1] or {})
+    x = [pq[0][q] if pq[0] is not None else values[0] for q in qids]
+    y = [factor * pq[1][q] + offset if pq[1] is not None else factor * values[1] + offset for q in qids]
+    d = [u - v for u, v in zip(x, y, strict=True)]
+    lo, hi = stats.bootstrap_ci(d)
+    import numpy as np
+
+    return {**out, "test": f"paired sign-flip permutation ({stats.N_RESAMPLES:,} resamples, seed {stats.SEED}); "
+                           "95% percentile bootstrap", "n": len(qids), "ci_low": lo, "ci_high": hi,
+            "p": stats.paired_test(x, y), "mdd": stats.min_detectable_difference(float(np.std(d, ddof=1)), len(qids))}
+
+
+def verdicts(rows: list[dict[str, Any]], claims: list[Mapping[str, Any]]) -> None:
+    """Holm's correction over the tested claims of each paper, then each row's verdict (in place)."""
+    ops = {c["id"]: c["op"] for c in claims}
+    for paper in sorted({r["paper"] for r in rows}):
+        tested = [r for r in rows if r["paper"] == paper and r.get("p") not in (None, "")]
+        for r, adj in zip(tested, stats.holm([r["p"] for r in tested]), strict=True):
+            r["p_holm"] = adj
+    for r in rows:
+        if r["holds"] == "not run":
+            r["verdict"] = "not run"
+            continue
+        word = "holds" if r["holds"] == "true" else "fails"
+        test = str(r.get("test", ""))
+        if test.startswith("exact"):
+            r["verdict"] = f"{word} (exact)"
+        elif r.get("p_holm") not in (None, ""):
+            claimed_up = ops[r["claim_id"]] in (">", ">=")
+            right_way = (r["diff"] > 0) == claimed_up and r["diff"] != 0
+            significant = r["p_holm"] < ALPHA
+            r["verdict"] = ("holds" if right_way else "fails") + ("" if significant else " (not significant)")
+        elif r.get("ci_low") not in (None, ""):  # unpaired: whether the interval excludes 0 decides
+            r["verdict"] = word if (r["ci_low"] > 0 or r["ci_high"] < 0) else f"{word} (not significant)"
+        else:
+            r["verdict"] = f"{word} (untested)"
 
 
 def required_inputs(cfg: Mapping[str, Any]) -> list[str]:
@@ -89,12 +177,19 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    rows = [evaluate(cfg, c) for c in load_claims()]
+    claims = load_claims()
+    rows = [evaluate(cfg, c) for c in claims]
+    verdicts(rows, claims)
+    for r in rows:
+        for k in ("diff", "ci_low", "ci_high", "p", "p_holm", "mdd"):
+            if isinstance(r.get(k), float):
+                r[k] = f"{r[k]:.6g}"
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["claim_id", "paper", "holds", "measured", "detail"], lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n", restval="")
     w.writeheader()
     w.writerows(rows)
     atomic_write_text(args.out, buf.getvalue())
     for r in rows:
-        print(f"{r['claim_id']}: {r['holds']} — {r['measured'] or r['detail']}")
+        ev = f" [n {r['n']}, diff {r['diff']}, 95% CI {r['ci_low']}..{r['ci_high']}, p_holm {r['p_holm']}]" if r.get("p_holm") else ""
+        print(f"{r['claim_id']}: {r['verdict']} — {r['measured'] or r['detail']}{ev}")
     return 0

@@ -74,7 +74,13 @@ def test_full_smoke_run(smoke_run):
     # the log says which paper tables each job serves
     assert "index svdr.token on smoke: serves svdr Table 1" in r.stdout + r.stderr
     claims = list(csv.DictReader(open(tmp_path / "claims" / "smoke.csv", encoding="utf-8")))
-    assert claims and set(claims[0]) == {"claim_id", "paper", "holds", "measured", "detail"}
+    from harness.claims import COLUMNS
+
+    assert claims and list(claims[0]) == COLUMNS  # the aggregates' comparison and its evidence (verdict, p, CI, n)
+    assert {r["verdict"] for r in claims} <= {"holds", "holds (not significant)", "fails (not significant)", "fails",
+                                              "holds (exact)", "fails (exact)", "holds (untested)", "fails (untested)",
+                                              "not run"}
+    assert any(r["test"].startswith("paired") and int(r["n"]) > 0 for r in claims)  # smoke's effectiveness claims are tested
     # every published table rendered
     n_tables = sum(1 for _ in (tmp_path / "tables").rglob("*.md"))
     assert n_tables >= 37

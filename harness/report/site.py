@@ -435,7 +435,9 @@ class Site:
 
         claims = load_claims()
         body = [("<h1>Claims</h1><p>The papers' directional claims (configs/claims.yaml), checked on each profile's "
-                 "measurements: holds / fails / not run.</p>"),
+                 "measurements. The verdict weighs the evidence: a paired test over the queries both sides share "
+                 "(p after Holm's correction per paper), the mean difference with its 95% bootstrap interval and n; "
+                 "\"not significant\" means the profile's queries cannot tell the difference from noise.</p>"),
                 "<table id='claims'><tr><th>claim</th><th>paper</th><th>statement</th>" + "".join(
                     f"<th>{esc(p)}</th>" for p in self.profiles) + "</tr>"]
         by_profile = {p: {r["claim_id"]: r for r in rows} for p, rows in self.claims.items()}
@@ -448,8 +450,11 @@ class Site:
                     tds.append("<td class='small'>not checked</td>")
                     continue
                 w, cls = word.get(r["holds"], (r["holds"], "text"))
+                w = r.get("verdict") or w
+                ev = (f"diff {r['diff']} [{r['ci_low']}, {r['ci_high']}], p (Holm) {r['p_holm']}, n {r['n']}"
+                      if r.get("p_holm") else (r.get("test") or ""))
                 tds.append(f"<td class='{cls}' title='{esc(r.get('detail'))}'><span class='status {cls}'>{esc(w)}</span>"
-                           f"<div class='small'>{esc(r.get('measured'))}</div></td>")
+                           f"<div class='small'>{esc(r.get('measured'))}</div><div class='small'>{esc(ev)}</div></td>")
             body.append(f"<tr id='{esc(c['id'])}'><td><code>{esc(c['id'])}</code></td><td>{esc(c['paper'])}</td>"
                         f"<td>{esc(c['statement'])}<div class='small'>{esc(c.get('source', ''))}</div></td>{''.join(tds)}</tr>")
         body.append("</table>")

@@ -1,0 +1,90 @@
+"""Claims as evidence (harness.claims.evidence / verdicts): the paired test over the queries both sides
+share, its interval, Holm per paper, the verdict words, sizes exact, a constant side, and a side
+without per-query values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import claims
+from harness.evaluate.run import PER_QUERY_SUFFIX, write_per_query
+from harness.measured import Found
+
+
+def _side(tmp_path, system: str, values: dict[str, float], measure: str = "Success@20") -> Found:
+    folder = tmp_path / "eval" / "nq" / system
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{system}.json"
+    path.write_text("{}")
+    write_per_query(folder / f"{system}{PER_QUERY_SUFFIX}", {q: {measure: v} for q, v in values.items()})
+    return Found(float(np.mean(list(values.values()))), path=path)
+
+
+def _claim(op=">", factor=1.0, cid="c1", paper="svdr", rhs=None):
+    return {"id": cid, "paper": paper, "op": op, "factor": factor, "statement": "s",
+            "lhs": {"system": "a", "dataset": "NQ", "measure": "Success@20"},
+            "rhs": rhs or {"system": "b", "dataset": "NQ", "measure": "Success@20"}}
+
+
+def _row(claim, found):
+    values = [f.value if f is not None else claim["rhs"]["value"] for f in found]
+    holds = claims.OPS[claim["op"]](values[0], claim.get("factor", 1.0) * values[1])
+    return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "true" if holds else "false",
+            **claims.evidence(claim, values, found)}
+
+
+def test_a_clear_paired_difference_holds_and_its_opposite_fails(tmp_path):
+    rng = np.random.default_rng(0)
+    qs = [f"q{i}" for i in range(200)]
+    better = {q: float(v) for q, v in zip(qs, rng.random(200) < 0.8, strict=True)}
+    worse = {q: float(v) for q, v in zip(qs, rng.random(200) < 0.5, strict=True)}
+    a, b = _side(tmp_path, "a", better), _side(tmp_path, "b", worse)
+    up, down = _claim(">"), _claim("<", cid="c2")
+    rows = [_row(up, [a, b]), _row(down, [a, b])]
+    claims.verdicts(rows, [up, down])
+    assert rows[0]["n"] == 200 and rows[0]["test"].startswith("paired sign-flip permutation")
+    assert rows[0]["ci_low"] > 0 and rows[0]["diff"] == pytest.approx(a.value - b.value)
+    assert rows[0]["verdict"] == "holds" and rows[1]["verdict"] == "fails"
+    assert rows[0]["p_holm"] == pytest.approx(min(1.0, 2 * rows[0]["p"]))  # two tested claims of one paper
+    assert 0 < rows[0]["mdd"] < 0.2
+
+
+def test_a_small_difference_on_few_queries_is_not_significant(tmp_path):
+    qs = [f"q{i}" for i in range(12)]
+    a = _side(tmp_path, "a", {q: float(i % 2) for i, q in enumerate(qs)})
+    b_vals = {q: float(i % 2) for i, q in enumerate(qs)}
+    b_vals["q1"] = 0.0
+    b = _side(tmp_path, "b", b_vals)
+    c = _claim(">")
+    rows = [_row(c, [a, b])]
+    claims.verdicts(rows, [c])
+    assert rows[0]["holds"] == "true" and rows[0]["verdict"] == "holds (not significant)"
+    assert rows[0]["p"] == pytest.approx(1.0)  # one query differs: half the sign flips are as extreme
+
+
+def test_factor_constant_side_sizes_and_missing_per_query_values(tmp_path):
+    qs = [f"q{i}" for i in range(50)]
+    a = _side(tmp_path, "a", {q: 1.0 for q in qs})
+    c = _claim(">=", rhs={"value": 0.5})
+    row = _row(c, [a, None])
+    assert row["n"] == 50 and row["diff"] == pytest.approx(0.5) and row["p"] < 0.001
+    sizes = _claim("<=", factor=0.2)
+    row = _row(sizes, [Found(10.0, unit="B", path=tmp_path / "metrics" / "x.json"),
+                       Found(100.0, unit="B", path=tmp_path / "metrics" / "y.json")])
+    claims.verdicts([row], [sizes])
+    assert row["verdict"] == "holds (exact)" and row["test"].startswith("exact")
+    bare = tmp_path / "eval" / "nq" / "old" / "old.json"
+    bare.parent.mkdir(parents=True)
+    bare.write_text("{}")
+    row = _row(_claim(">"), [a, Found(0.1, path=bare)])
+    claims.verdicts([row], [_claim(">")])
+    assert row["verdict"] == "holds (untested)" and "no per-query values" in row["test"]
+
+
+def test_holm_runs_per_paper(tmp_path):
+    rows = [{"claim_id": "x", "paper": "svdr", "holds": "true", "p": 0.01, "diff": 0.1},
+            {"claim_id": "y", "paper": "svdr", "holds": "true", "p": 0.04, "diff": 0.1},
+            {"claim_id": "z", "paper": "bpr", "holds": "true", "p": 0.04, "diff": 0.1}]
+    claims.verdicts(rows, [{"id": i, "op": ">"} for i in "xyz"])
+    assert [r["p_holm"] for r in rows] == pytest.approx([0.02, 0.04, 0.04])
+    assert [r["verdict"] for r in rows] == ["holds", "holds", "holds"]
