@@ -5,8 +5,11 @@ reads the system's metrics file (efficiency figures, in base units). The right s
 ``factor × rhs + offset`` (defaults 1 and 0; offset -0.02 reads "within 2 points"). Columns of the output:
 claim_id, paper, holds (true / false / not run: the comparison of the two aggregates), measured,
 detail, and the evidence (:func:`evidence`, harness.stats): verdict, test, n, diff, ci_low, ci_high, p,
-p_holm (Holm over the tested claims of each paper, per profile) and mdd (the minimum detectable
-difference at alpha 0.05, power 0.8, for the claim's n).
+p_holm (Holm over the tested claims of each paper, per profile), mdd (the minimum detectable
+difference at alpha 0.05, power 0.8, for the claim's n), and against the paper (:func:`against_paper`)
+er and dri (Breuer et al.'s Effect Ratio and Delta Relative Improvement of the raw improvement lhs - rhs,
+the claim's factor aside, from the aggregates: the papers publish no per-topic runs) with the published
+cells they use.
 
 Verdicts: ``holds`` (significant in the claimed direction after Holm), ``holds (not significant)``,
 ``fails (not significant)``, ``fails`` (significant against the claim), ``holds (exact)`` / ``fails
@@ -32,7 +35,7 @@ from harness.measured import Found, available, check_measure, find_key, outputs
 CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 ALPHA = 0.05
-EVIDENCE = ["verdict", "test", "n", "diff", "ci_low", "ci_high", "p", "p_holm", "mdd"]
+EVIDENCE = ["verdict", "test", "n", "diff", "ci_low", "ci_high", "p", "p_holm", "mdd", "er", "dri", "published"]
 COLUMNS = ["claim_id", "paper", "holds", "measured", "detail", *EVIDENCE]
 
 
@@ -86,7 +89,40 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
         rhs += f" {'+' if offset > 0 else '-'} {abs(offset)}"
     return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "true" if holds else "false",
             "measured": f"{names[0]} {claim['op']} {rhs}", "detail": claim["statement"],
-            **evidence(claim, values, found)}
+            **evidence(claim, values, found), **against_paper(claim, values)}
+
+
+def published_side(paper: str, q: Mapping[str, Any]) -> tuple[float, str] | None:
+    """A claim side's published value (a fraction where the paper prints %) and the cell it comes from:
+    the record of the paper's tables that the reproduction matrix maps to the same system, dataset
+    label and measure (None for a constant, a metrics figure or a side no table prints)."""
+    from harness.tables.matrix import column_spec, load_matrix, published
+
+    if "value" in q or str(q.get("measure", "")).startswith("metric:"):
+        return None
+    matrix = load_matrix(paper)
+    for rec in published(paper)["records"]:
+        tmatrix = matrix["tables"].get(rec["table"], {})
+        spec = column_spec(rec["column"], tmatrix)
+        system = spec.get("systems", {}).get(rec["row"], tmatrix.get("systems", {}).get(rec["row"]))
+        measure = spec.get("measure") or rec.get("measure")
+        if (rec["value"] is not None and rec.get("unit") in ("%", "none") and system == q["system"]
+                and spec["dataset"] == q["dataset"] and measure == q["measure"]):
+            v = float(rec["value"]) / (100.0 if rec["unit"] == "%" else 1.0)
+            return v, f"Table {rec['table']} {rec['row']} / {rec['column']} = {rec['value']}{'%' if rec['unit'] == '%' else ''}"
+    return None
+
+
+def against_paper(claim: Mapping[str, Any], values: list[float]) -> dict[str, Any]:
+    """ER and ΔRI of the claim's improvement (lhs over rhs) against the published one, where the
+    paper prints both sides."""
+    pub = [published_side(claim["paper"], claim[side]) for side in ("lhs", "rhs")]
+    if pub[0] is None or pub[1] is None:
+        return {}
+    (po_adv, w_adv), (po_base, w_base) = pub
+    return {"er": stats.effect_ratio(po_base, po_adv, values[1], values[0]),
+            "dri": stats.delta_ri(po_base, po_adv, values[1], values[0]),
+            "published": f"{w_adv}; {w_base}"}
 
 
 def per_query(found: Found | None, measure: str | None) -> dict[str, float] | None:
@@ -181,7 +217,7 @@ def main(argv: list[str]) -> int:
     rows = [evaluate(cfg, c) for c in claims]
     verdicts(rows, claims)
     for r in rows:
-        for k in ("diff", "ci_low", "ci_high", "p", "p_holm", "mdd"):
+        for k in ("diff", "ci_low", "ci_high", "p", "p_holm", "mdd", "er", "dri"):
             if isinstance(r.get(k), float):
                 r[k] = f"{r[k]:.6g}"
     buf = io.StringIO()

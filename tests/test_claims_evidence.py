@@ -88,3 +88,14 @@ def test_holm_runs_per_paper(tmp_path):
     claims.verdicts(rows, [{"id": i, "op": ">"} for i in "xyz"])
     assert [r["p_holm"] for r in rows] == pytest.approx([0.02, 0.04, 0.04])
     assert [r["verdict"] for r in rows] == ["holds", "holds", "holds"]
+
+
+def test_effect_ratio_and_delta_ri_use_the_published_cells_the_matrix_maps():
+    claim = next(c for c in claims.load_claims() if c["id"] == "dpr-beats-bm25-top20")
+    assert claims.published_side("svdr", claim["lhs"]) == (pytest.approx(0.802), "Table 1 DPR / NQ top20 = 80.2%")
+    got = claims.against_paper(claim, [0.70, 0.60])
+    assert got["er"] == pytest.approx(0.10 / (0.802 - 0.629))
+    assert got["dri"] == pytest.approx((0.802 - 0.629) / 0.629 - 0.10 / 0.60)
+    assert "62.9%" in got["published"]
+    sizes = next(c for c in claims.load_claims() if c["lhs"]["measure"].startswith("metric:"))
+    assert claims.against_paper(sizes, [1.0, 2.0]) == {}
