@@ -35,7 +35,7 @@ from harness.measured import Found, available, check_measure, find_key, outputs
 CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 ALPHA = 0.05
-EVIDENCE = ["verdict", "test", "n", "diff", "ci_low", "ci_high", "p", "p_holm", "mdd", "er", "dri", "published"]
+EVIDENCE = ["verdict", "test", "n", "diff", "ci_low", "ci_high", "p", "p_holm", "mdd", "er", "dri", "published_diff", "published"]
 COLUMNS = ["claim_id", "paper", "holds", "measured", "detail", *EVIDENCE]
 
 
@@ -121,7 +121,7 @@ def against_paper(claim: Mapping[str, Any], values: list[float]) -> dict[str, An
         return {}
     (po_adv, w_adv), (po_base, w_base) = pub
     return {"er": stats.effect_ratio(po_base, po_adv, values[1], values[0]),
-            "dri": stats.delta_ri(po_base, po_adv, values[1], values[0]),
+            "dri": stats.delta_ri(po_base, po_adv, values[1], values[0]), "published_diff": po_adv - po_base,
             "published": f"{w_adv}; {w_base}"}
 
 
@@ -217,7 +217,7 @@ def main(argv: list[str]) -> int:
     rows = [evaluate(cfg, c) for c in claims]
     verdicts(rows, claims)
     for r in rows:
-        for k in ("diff", "ci_low", "ci_high", "p", "p_holm", "mdd", "er", "dri"):
+        for k in ("diff", "ci_low", "ci_high", "p", "p_holm", "mdd", "er", "dri", "published_diff"):
             if isinstance(r.get(k), float):
                 r[k] = f"{r[k]:.6g}"
     buf = io.StringIO()

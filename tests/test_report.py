@@ -268,3 +268,30 @@ def test_progress_batches_count_every_item(capsys):
     assert starts == [0, 4, 8]
     err = capsys.readouterr().err
     assert "encode" in err and "100%" in err and "10.0/10.0" in err
+
+
+def test_claims_page_shows_the_evidence_and_a_forest_plot_per_paper(profile, tmp_path):
+    """A claims CSV with evidence (verdict, interval, p after Holm, n): the claims page shows them and
+    the paper's forest plot (drawn from the same rows), the index counts the verdicts per paper."""
+    import csv as _csv
+
+    from harness.claims import COLUMNS
+
+    rows = [{"claim_id": "dpr-beats-bm25-top20", "paper": "svdr", "holds": "true", "measured": "0.7 > 0.6",
+             "detail": "ok", "verdict": "holds", "test": "paired", "n": "63", "diff": "0.1", "ci_low": "0.04",
+             "ci_high": "0.16", "p": "0.002", "p_holm": "0.004", "mdd": "0.05", "er": "0.58", "dri": "0.11",
+             "published_diff": "0.173", "published": "Table 1"},
+            {"claim_id": "svdr-beta-beats-bm25-top20", "paper": "svdr", "holds": "false", "measured": "0.5 > 0.6",
+             "detail": "ok", "verdict": "fails (not significant)", "test": "paired", "n": "63", "diff": "-0.1",
+             "ci_low": "-0.2", "ci_high": "0.01", "p": "0.06", "p_holm": "0.06", "mdd": "0.05"}]
+    with open(tmp_path / "claims" / "smoke.csv", "w", encoding="utf-8", newline="") as fh:
+        w = _csv.DictWriter(fh, fieldnames=COLUMNS, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    hsite.build(profile)
+    page = (tmp_path / "site" / "claims.html").read_text(encoding="utf-8")
+    assert "fails (not significant)" in page and "[0.04, 0.16], p (Holm) 0.004, n 63" in page
+    assert "img/claims-svdr.png" in page and (tmp_path / "site" / "img" / "claims-svdr.png").stat().st_size > 1000
+    assert not (tmp_path / "site" / "img" / "claims-bpr.png").exists()  # no bpr claim with an interval
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "Claims by verdict, smoke" in index and "<td>svdr</td><td>1</td><td>0</td><td>1</td><td>0</td><td>0</td>" in index

@@ -297,3 +297,59 @@ def _scatter(ax: Any, panel: Mapping[str, Any], rows: list[str], series: list, c
     if ax.has_data():
         ax.legend(fontsize=7, loc="best")
         ax.grid(alpha=0.3)
+
+
+def _float(x: Any) -> float | None:
+    """A CSV cell as a number (None when empty or not a number)."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def forest(paper: str, rows: Mapping[str, list[Mapping[str, Any]]], out_dir: Path) -> Path | None:
+    """The paper's claims as a forest plot (PNG and SVG in ``out_dir``): one row per claim with a
+    tested difference, each profile's mean difference with its 95% interval, a zero line, and the
+    published difference as a mark where the paper prints both sides. None when no claim of the
+    paper has an interval in any profile."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ids = sorted({r["claim_id"] for rs in rows.values() for r in rs
+                  if r["paper"] == paper and _float(r.get("ci_low")) is not None})
+    if not ids:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(ids) + 1.4))
+    profiles = list(rows)
+    step = 0.6 / max(1, len(profiles))
+    labelled: set[str] = set()
+    for k, prof in enumerate(profiles):
+        by_id = {r["claim_id"]: r for r in rows[prof]}
+        for i, cid in enumerate(ids):
+            r = by_id.get(cid)
+            if r is None or _float(r.get("ci_low")) is None:
+                continue
+            y = i + (k - (len(profiles) - 1) / 2) * step
+            d, lo, hi = _float(r["diff"]), _float(r["ci_low"]), _float(r["ci_high"])
+            ax.errorbar([d], [y], xerr=[[d - lo], [hi - d]], fmt="o", color=f"C{k}", capsize=3,
+                        label=None if prof in labelled else prof)
+            labelled.add(prof)
+            pub = _float(r.get("published_diff"))
+            if pub is not None:
+                ax.plot([pub], [y], marker="x", color="black", linestyle="none")
+    ax.axvline(0.0, color="grey", linewidth=1)
+    ax.set_yticks(range(len(ids)), ids, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean difference lhs − (factor × rhs + offset), 95% interval  (x: published difference)")
+    ax.set_title(f"{paper}: claims", fontsize=10)
+    if labelled:
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / f"claims-{paper}.png"
+    fig.savefig(png, dpi=110)
+    fig.savefig(out_dir / f"claims-{paper}.svg")
+    plt.close(fig)
+    return png

@@ -190,6 +190,7 @@ class Site:
         self.papers = [(p, published(p)) for p in PAPERS]
         self.claims = read_claims(self.results, self.profiles)
         self.figures: dict[tuple[str, str], Any] = {}
+        self.forests: dict[str, Path | None] = {}
 
     def table_records(self, paper: str, table: str) -> dict[str, dict[str, Any]]:
         return {p: self.records[p][(paper, table)] for p in self.profiles if (paper, table) in self.records[p]}
@@ -215,6 +216,9 @@ class Site:
             for (fp, fid), drawn in self.figures.items():
                 if fp == paper:
                     written.append(self.write(root, f"{paper}/figure-{fid}.html", self.figure_page(root, paper, drawn)))
+        from harness.report.figures import forest
+
+        self.forests = {paper: forest(paper, self.claims, root / "img") for paper, _ in self.papers}
         written.append(self.write(root, "claims.html", self.claims_page()))
         written.append(self.write(root, "index.html", self.index_page()))
         return written
@@ -277,7 +281,21 @@ class Site:
             c = Counter(r["holds"] for r in rows)
             body.append(f"<tr><td>{esc(p)}</td><td>{c.get('true', 0)}</td><td>{c.get('false', 0)}</td>"
                         f"<td>{c.get('not run', 0)}</td></tr>")
-        body.append("</table><p><a href='claims.html'>Every claim, with measured values and statements</a></p>")
+        body.append("</table>")
+        verdicts = ["holds", "holds (not significant)", "fails (not significant)", "fails"]
+        for p in self.profiles:
+            rows = self.claims.get(p) or []
+            if not rows or "verdict" not in rows[0]:
+                continue
+            body.append(f"<h3>Claims by verdict, {esc(p)}</h3><table class='verdicts'><tr><th>paper</th>"
+                        + "".join(f"<th>{esc(v)}</th>" for v in verdicts) + "<th>other</th></tr>")
+            for paper in sorted({r["paper"] for r in rows}):
+                c = Counter(r["verdict"] for r in rows if r["paper"] == paper)
+                other = sum(n for v, n in c.items() if v not in verdicts)
+                body.append(f"<tr><td>{esc(paper)}</td>" + "".join(f"<td>{c.get(v, 0)}</td>" for v in verdicts)
+                            + f"<td>{other}</td></tr>")
+            body.append("</table>")
+        body.append("<p><a href='claims.html'>Every claim, with measured values, statements and evidence</a></p>")
         return page("Reproduction results", body, 0)
 
     # ---- one table ------------------------------------------------------------------------
@@ -458,6 +476,11 @@ class Site:
             body.append(f"<tr id='{esc(c['id'])}'><td><code>{esc(c['id'])}</code></td><td>{esc(c['paper'])}</td>"
                         f"<td>{esc(c['statement'])}<div class='small'>{esc(c.get('source', ''))}</div></td>{''.join(tds)}</tr>")
         body.append("</table>")
+        for paper, png in self.forests.items():
+            if png is not None:
+                body.append(f"<h2 id='forest-{esc(paper)}'>{esc(paper)}: the claims' differences</h2>"
+                            f"<img class='forest' src='img/{esc(png.name)}' alt='forest plot of the {esc(paper)} claims: "
+                            f"each profile's mean difference with its 95% interval, the published difference as x'>")
         return page("Claims", body, 0)
 
 
