@@ -91,6 +91,8 @@ def test_site_in_browser(smoke_run, browser, tmp_path):
                 problems.append(f"{page}: no table cells")
         if page in figures and not browser.execute_script("return document.querySelectorAll('img.fig').length"):
             problems.append(f"{page}: no figure image")
+        if page == site / "claims.html" and not browser.execute_script("return document.querySelectorAll('img.forest').length"):
+            problems.append(f"{page}: no forest plot of the claims (smoke's effectiveness claims are tested)")
         if page.name == "index.html" and page.parent == site or page == tables[0]:
             browser.save_screenshot(str(shots / f"{page.parent.name}-{page.stem}.png"))
     assert not problems, "\n".join(problems[:20])
