@@ -469,7 +469,8 @@ class Site:
                     continue
                 w, cls = word.get(r["holds"], (r["holds"], "text"))
                 w = r.get("verdict") or w
-                ev = (f"diff {r['diff']} [{r['ci_low']}, {r['ci_high']}], p (Holm) {r['p_holm']}, n {r['n']}"
+                ev = (f"diff {r['diff']} [{r['ci_low']}, {r['ci_high']}], p (Holm) {r['p_holm']}, n {r['n']}; "
+                      f"a difference under {r['mdd']} is below what {r['n']} queries detect (power 0.8)"
                       if r.get("p_holm") else (r.get("test") or ""))
                 tds.append(f"<td class='{cls}' title='{esc(r.get('detail'))}'><span class='status {cls}'>{esc(w)}</span>"
                            f"<div class='small'>{esc(r.get('measured'))}</div><div class='small'>{esc(ev)}</div></td>")
