@@ -129,3 +129,32 @@ def test_truncated_corpus_line_names_file_and_line(tmp_path):
     (d / store.CORPUS).write_text(json.dumps({"id": "a", "title": "", "text": "x"}) + "\n{\"id\": \"b\", \"te\n")
     with pytest.raises(DataError, match=r"corpus.jsonl:2"):
         list(store.iter_corpus(d))
+
+
+@pytest.mark.parametrize("exc, kind, words", [
+    (ImportError("This dataset requires ijson. Run 'pip install ijson'"), "DependencyError", "requires ijson"),
+    (ConnectionError("Failed to establish a new connection"), "DataError", "IR_DATASETS_HOME"),
+    (OSError("[Errno -3] Temporary failure in name resolution"), "DataError", "its cache"),
+])
+def test_an_ir_datasets_failure_is_one_line_naming_the_id_the_cache_and_the_fix(monkeypatch, exc, kind, words):
+    import ir_datasets
+
+    from harness.datasets import irds
+    from harness.errors import HarnessError
+
+    class Fake:
+        def has_qrels(self):
+            return False
+
+        def queries_iter(self):
+            yield from ()
+            raise exc
+
+    monkeypatch.setattr(ir_datasets, "load", lambda name: Fake())
+    ds = irds.load("dpr-w100/natural-questions/train")
+    assert ds.has_qrels() is False
+    with pytest.raises(HarnessError) as got:
+        list(ds.queries_iter())
+    assert type(got.value).__name__ == kind
+    msg = str(got.value)
+    assert "dpr-w100/natural-questions/train" in msg and words in msg and "\n" not in msg.split("fix")[0]
