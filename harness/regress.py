@@ -181,7 +181,10 @@ def link_unchanged(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[Pa
 def run_seed(config_paths: Sequence[str], cfg: Mapping[str, Any], keys: Sequence[str], cores: str) -> None:
     """Snakemake makes the evaluation/metrics files of ``keys`` under ``cfg`` (its seed and results folder)."""
     targets = sorted({str(o) for k in keys for o in outputs(cfg, k)})
-    cmd = [sys.executable, "-m", "snakemake", "--cores", cores, *targets,  # targets before --configfile/--config
+    # resumable: a recording killed part-way (a session's end) is run again with the same command; its
+    # finished artifacts are kept and an interrupted job's output is made again (--rerun-incomplete)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", cores, "--rerun-incomplete", "--keep-going",
+           *targets,  # targets before --configfile/--config
            *(["--configfile", *config_paths] if config_paths else []),
            "--config", f"seed={cfg['seed']}", f"results_dir={cfg['results_dir']}"]
     print(f"seed {cfg['seed']}: {len(targets)} targets under {cfg['results_dir']}", flush=True)
