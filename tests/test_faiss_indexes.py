@@ -366,3 +366,30 @@ def test_bench_subsets(tmp_path, only):
                      "--workdir", str(tmp_path)])
     assert rc == 0
     assert {r["key"] for r in json.loads(out.read_text())["rows"]} == set(only.split(","))
+
+
+def test_flat_search_in_numpy_blas_gives_faiss_indexflatip_results(data):
+    """The harness searches Flat as a numpy BLAS product (harness.indexes.blas): the same ids in the
+    same order as faiss's own IndexFlatIP search, the same scores to float rounding, for batches below
+    and above faiss's BLAS threshold (20 queries), k beyond N capped, and a re-loaded index."""
+    import faiss
+
+    X, Q = data
+    index = DenseFaissIndex.build("Flat", X)
+    assert index._flat_ip()
+    for batch in (Q[:3], Q):
+        S, I = index.search(batch, 25)
+        fS, fI = faiss.Index.search(index.index, np.ascontiguousarray(batch, dtype=np.float32), 25)
+        assert np.array_equal(I, fI)
+        np.testing.assert_allclose(S, fS, rtol=1e-5, atol=1e-4)
+    small = DenseFaissIndex.build("Flat", X[:7])
+    S, I = small.search(Q[:2], 50)
+    assert I.shape == (2, 7) and sorted(I[0].tolist()) == list(range(7)) and np.all(np.diff(S, axis=1) <= 0)
+
+
+def test_blas_topk_breaks_ties_by_lower_row_id():
+    from harness.indexes.blas import topk_inner_product
+
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.5, 0.0]], np.float32)
+    s, i = topk_inner_product(np.array([[1.0, 0.0]], np.float32), x, 3)
+    assert i.tolist() == [[0, 2, 3]] and s.tolist() == [[1.0, 1.0, 0.5]]

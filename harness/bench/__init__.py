@@ -16,6 +16,7 @@ BENCHMARKS.add("bpr-index", "harness.bench.bpr_index")
 BENCHMARKS.add("lr-query-speed", "harness.bench.lr_query_speed")
 BENCHMARKS.add("phrase-search", "harness.bench.phrase_search")
 BENCHMARKS.add("numerics", "harness.bench.numerics")
+BENCHMARKS.add("flat-search", "harness.bench.flat_search")
 
 
 def run(name: str, argv: list[str]) -> int:

@@ -147,15 +147,9 @@ def coarse_assign(centroids: np.ndarray, q: np.ndarray, nprobe: int) -> tuple[np
     best first, list ids [B, nprobe] int64). Same lists as faiss's IndexFlatIP quantiser (ties aside),
     but the product runs in numpy's BLAS: faiss-cpu 1.15's bundled OpenBLAS (0.3.15) took 4.7x as long
     for 128 queries x 1,048,576 centroids on this machine (``bench phrase-search`` prints both)."""
-    S = q @ centroids.T
-    nprobe = min(int(nprobe), S.shape[1])
-    if nprobe < S.shape[1]:
-        part = np.argpartition(S, S.shape[1] - nprobe, axis=1)[:, S.shape[1] - nprobe:]
-    else:
-        part = np.broadcast_to(np.arange(S.shape[1]), S.shape)
-    dis = np.take_along_axis(S, part, 1)
-    order = np.argsort(-dis, axis=1, kind="stable")
-    return np.take_along_axis(dis, order, 1), np.take_along_axis(part, order, 1).astype(np.int64)
+    from harness.indexes.blas import topk_inner_product
+
+    return topk_inner_product(q, centroids, nprobe)
 
 
 def _as_queries(q: np.ndarray, what: str) -> np.ndarray:
