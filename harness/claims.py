@@ -126,11 +126,21 @@ def against_paper(claim: Mapping[str, Any], values: list[float]) -> dict[str, An
 
 
 def per_query(found: Found | None, measure: str | None) -> dict[str, float] | None:
-    """The per-query values behind an evaluation measure (``<system>.perquery.tsv.gz`` beside its
-    eval JSON); None for a constant, a metrics figure or an evaluation without the file."""
+    """The per-query values behind a side: an evaluation measure's (``<system>.perquery.tsv.gz`` beside
+    its eval JSON), or a metrics figure's per-question values where its file lists them
+    (``predictions``: ``{"id": ..., "<name>": ...}``, e.g. the reader's EM); None for a constant or
+    where no per-query values were kept."""
     from harness.evaluate.run import PER_QUERY_SUFFIX, read_per_query
+    from harness.io import read_json
 
-    if found is None or found.path is None or found.path.parent.parent.parent.name != "eval":
+    if found is None or found.path is None:
+        return None
+    if measure and measure.startswith("metric:") and found.path.suffix == ".json" and found.path.exists():
+        name = measure.removeprefix("metric:")
+        preds = read_json(found.path).get("predictions") or []
+        vals = {str(r["id"]): float(r[name]) for r in preds if isinstance(r, dict) and "id" in r and name in r}
+        return vals or None
+    if found.path.parent.parent.parent.name != "eval":
         return None
     f = found.path.with_name(found.path.stem + PER_QUERY_SUFFIX)
     if not f.exists():
@@ -148,10 +158,11 @@ def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | 
     units = {f.unit for f in found if f is not None and f.unit}
     if units and units <= {"B"}:
         return {**out, "test": "exact: sizes in bytes are deterministic", "n": ""}
-    if any(f is not None and f.path is not None and "/metrics/" in str(f.path) for f in found):
-        return {**out, "test": "none: a timing; its ratio interval over the timed repeats is not linked to claims yet",
-                "n": ""}
     pq = [per_query(f, claim[side].get("measure")) for f, side in zip(found, ("lhs", "rhs"), strict=True)]
+    metric = [f is not None and f.path is not None and "/metrics/" in str(f.path) for f in found]
+    if any(m and p is None for m, p in zip(metric, pq, strict=True)):
+        return {**out, "test": "none: an efficiency or analysis figure without per-query values (a timing's ratio "
+                               "interval over its timed repeats is not linked to claims yet)", "n": ""}
     if any(f is not None and p is None for f, p in zip(found, pq, strict=True)):
         return {**out, "test": "none: no per-query values (an evaluation written before they were kept)", "n": ""}
     if pq[0] is not None and pq[1] is not None and set(pq[0]) != set(pq[1]):

@@ -99,3 +99,26 @@ def test_effect_ratio_and_delta_ri_use_the_published_cells_the_matrix_maps():
     assert "62.9%" in got["published"]
     sizes = next(c for c in claims.load_claims() if c["lhs"]["measure"].startswith("metric:"))
     assert claims.against_paper(sizes, [1.0, 2.0]) == {}
+
+
+def test_a_metric_with_per_question_predictions_is_tested_paired(tmp_path):
+    """The reader's EM lists each question's prediction and em: an EM claim is a paired test too."""
+    import json
+
+    def metrics(system, ems):
+        path = tmp_path / "metrics" / "nq" / "reader.em" / f"{system}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"values": {"em": {"value": float(np.mean(ems))}},
+                                    "predictions": [{"id": f"q{i}", "em": bool(e)} for i, e in enumerate(ems)]}))
+        return Found(float(np.mean(ems)), unit="ratio", path=path)
+
+    c = _claim(">")
+    c["lhs"]["measure"] = c["rhs"]["measure"] = "metric:em"
+    rng = np.random.default_rng(1)
+    a, b = metrics("a", rng.random(150) < 0.6), metrics("b", rng.random(150) < 0.2)
+    row = _row(c, [a, b])
+    claims.verdicts([row], [c])
+    assert row["n"] == 150 and row["test"].startswith("paired") and row["verdict"] == "holds"
+    timing = Found(1.0, unit="s", path=tmp_path / "metrics" / "nq" / "x" / "t.json")
+    row = _row(_claim("<"), [timing, timing])
+    assert row["test"].startswith("none: an efficiency")
