@@ -1,5 +1,8 @@
 """`python -m harness bench beta-search`: SVDR beta search on a binary token index, ours vs the paper's.
 
+(One file of about 600 lines: the benchmark's workloads, its torch baseline and its report belong together and
+are read together; the search itself lives in harness/indexes/token_csr.py.)
+
 What it measures, in one run (so that ratios are taken under the same machine load):
 
 * **search**: ``BinaryTokenIndex.search`` (harness/indexes/token_csr.py) against the authors' way,
