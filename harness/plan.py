@@ -213,8 +213,7 @@ class Plan:
         if key in self._hash:
             return self._hash[key]
         if ref.kind == "data":
-            h = _digest({"dataset": lookup_key(self.cfg, f"datasets.{ref.dataset}"), "files": data_file_digest(
-                self.cfg, str(ref.dataset))})
+            h = data_hash(self.cfg, str(ref.dataset))
         else:
             h = self.hash(self.job(*self.producer(ref)))  # type: ignore[misc]
         self._hash[key] = h
@@ -289,6 +288,12 @@ def _present(cfg: Mapping[str, Any], dotted: str) -> bool:
 
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def data_hash(cfg: Mapping[str, Any], dataset: str) -> str:
+    """The identity of a prepared dataset: its config section and the local files it reads. Needs no
+    plan: the data job writes it into its meta.json without declaring every method's jobs."""
+    return _digest({"dataset": lookup_key(cfg, f"datasets.{dataset}"), "files": data_file_digest(cfg, dataset)})
 
 
 def data_file_digest(cfg: Mapping[str, Any], dataset: str) -> str:

@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
         info = prepare(args.dataset, dcfg, cfg, tmp)
-        write_meta(tmp, "dataset", spec=dcfg["id"], config_hash=hplan.get(cfg).ref_hash(hplan.Ref("data", dataset=args.dataset)),
+        write_meta(tmp, "dataset", spec=dcfg["id"], config_hash=hplan.data_hash(cfg, args.dataset),
                    seconds=time.perf_counter() - t0, extra={"key": args.dataset, "family": dcfg["family"], **info})
     print(f"{args.dataset}: {info.get('documents')} documents, queries {info.get('queries')}")
     return 0
