@@ -96,16 +96,13 @@ def published_side(paper: str, q: Mapping[str, Any]) -> tuple[float, str] | None
     """A claim side's published value (a fraction where the paper prints %) and the cell it comes from:
     the record of the paper's tables that the reproduction matrix maps to the same system, dataset
     label and measure (None for a constant, a metrics figure or a side no table prints)."""
-    from harness.tables.matrix import column_spec, load_matrix, published
+    from harness.tables.matrix import load_matrix, published, record_target
 
     if "value" in q or str(q.get("measure", "")).startswith("metric:"):
         return None
     matrix = load_matrix(paper)
     for rec in published(paper)["records"]:
-        tmatrix = matrix["tables"].get(rec["table"], {})
-        spec = column_spec(rec["column"], tmatrix)
-        system = spec.get("systems", {}).get(rec["row"], tmatrix.get("systems", {}).get(rec["row"]))
-        measure = spec.get("measure") or rec.get("measure")
+        system, measure, spec = record_target(rec, matrix["tables"].get(rec["table"], {}))
         if (rec["value"] is not None and rec.get("unit") in ("%", "none") and system == q["system"]
                 and spec["dataset"] == q["dataset"] and measure == q["measure"]):
             v = float(rec["value"]) / (100.0 if rec["unit"] == "%" else 1.0)

@@ -101,6 +101,14 @@ def column_spec(column: str, tmatrix: Mapping[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def record_target(rec: Mapping[str, Any], tmatrix: Mapping[str, Any]) -> tuple[str | None, str | None, dict[str, Any]]:
+    """(system, measure, column spec) the reproduction matrix maps a published record to (system None
+    where the row is not wired)."""
+    spec = column_spec(rec["column"], tmatrix)
+    system = spec.get("systems", {}).get(rec["row"], tmatrix.get("systems", {}).get(rec["row"]))
+    return system, spec.get("measure") or rec.get("measure"), spec
+
+
 @cache
 def published(paper: str) -> dict[str, Any]:
     """load_published, parsed and validated once per process (the Snakefile asks per table)."""
@@ -113,7 +121,6 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
     matrix = load_matrix(paper)
     tmatrix = matrix["tables"].get(table, {})
     default_reason = tmatrix.get("not_run") or matrix.get("defaults", {}).get("not_run", "not implemented in this harness yet")
-    systems = tmatrix.get("systems", {})
     pending = tmatrix.get("pending", {})
     published_only = set(tmatrix.get("published_only", []))
     cells = []
@@ -130,8 +137,7 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
         if rec["row"] in published_only:
             c.kind, c.reason = "published only", "system outside the five papers"
             continue
-        spec = column_spec(rec["column"], tmatrix)
-        system = spec.get("systems", {}).get(rec["row"], systems.get(rec["row"]))
+        system, measure, spec = record_target(rec, tmatrix)
         if system is None:
             c.reason = pending.get(rec["row"], default_reason)
             continue
@@ -139,7 +145,7 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
             c.reason = spec["not_run"]
             continue
         c.system = system
-        c.measure = spec.get("measure") or c.measure
+        c.measure = measure
         if not c.measure:
             c.reason = f"no measurement defined for column {rec['column']!r} (configs/matrix/{paper}.yaml)"
             continue
