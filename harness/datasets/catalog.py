@@ -56,12 +56,13 @@ def check_catalog(doc: Mapping[str, Any], source: str = "configs/datasets.yaml")
     sources = set(doc["sources"])
     cards = doc["datasets"]
     from harness.evaluate.qa import ANSWER_RULES
+    from harness.published import PAPERS
 
     for key, card in cards.items():
         where = f"{source}: datasets.{key}"
-        unknown = [p for p in card.get("papers", []) if p not in PAPER_TITLES]
+        unknown = [p for p in card.get("papers", []) if p not in PAPERS]
         if unknown:
-            raise ConfigError(f"{where}.papers names unknown paper {unknown[0]!r}", fix=f"use one of: {', '.join(PAPER_TITLES)}")
+            raise ConfigError(f"{where}.papers names unknown paper {unknown[0]!r}", fix=f"use one of: {', '.join(PAPERS)}")
         if card.get("answer_rule") is not None and card["answer_rule"] not in ANSWER_RULES:
             raise ConfigError(f"{where}.answer_rule: unknown answer rule {card['answer_rule']!r}",
                               fix=f"use one of: {', '.join(ANSWER_RULES.names())}")

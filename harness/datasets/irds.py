@@ -57,7 +57,7 @@ class Guarded:
                 raise DependencyError(f"ir_datasets {self._id}: {exc}",
                                       fix="pip install the package it names (pyproject.toml pins the extras the "
                                           "profiles need; bash scripts/setup.sh installs them)") from None
-            except (OSError, ConnectionError) as exc:
+            except OSError as exc:  # ConnectionError and requests' errors are OSErrors
                 raise DataError(f"ir_datasets {self._id}: {name} needs a download that failed "
                                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                                 f"its cache {cache_dir()} does not hold it",
