@@ -217,7 +217,7 @@ class DenseFaissIndex:
     def _flat_ip(self) -> bool:
         """An exact inner-product scan (``Flat``): searched as a numpy BLAS product, the same top-k as
         faiss's IndexFlatIP (ties aside) at numpy's BLAS speed (``bench flat-search``)."""
-        return (self.factory == "Flat" and type(self.index) is faiss.IndexFlat
+        return (self.factory == "Flat" and isinstance(self.index, faiss.IndexFlat)
                 and self.index.metric_type == faiss.METRIC_INNER_PRODUCT and self.ntotal > 0)
 
     def save(self, folder: Path) -> Path:
