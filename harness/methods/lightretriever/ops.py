@@ -74,11 +74,14 @@ class _ProjectionMax(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         hidden, weight, arg, valid = ctx.saved_tensors
         B, T, H = hidden.shape
-        g = torch.where(valid, grad_out, torch.zeros_like(grad_out)).to(hidden.dtype)  # [B, V]
+        # accumulated in one dtype, at least float32, whatever the operands' dtypes (under bf16 autocast
+        # ``hidden`` is bf16 and ``weight`` float32; index_add_ needs one); each gradient is cast back
+        acc = torch.promote_types(torch.promote_types(hidden.dtype, weight.dtype), torch.float32)
+        g = torch.where(valid, grad_out, torch.zeros_like(grad_out)).to(acc)  # [B, V]
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         need_b = ctx.has_bias and ctx.needs_input_grad[2]
-        grad_h = hidden.new_zeros((B * T, H)) if need_h else None  # rows indexed by b*T + t
-        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_h = hidden.new_zeros((B * T, H), dtype=acc) if need_h else None  # rows indexed by b*T + t
+        grad_w = torch.zeros_like(weight, dtype=acc) if need_w else None
         if need_h or need_w:
             bi, vi = g.nonzero(as_tuple=True)
             rows = arg[bi, vi] + bi * T                                    # positions in hidden.view(B*T, H)
@@ -88,11 +91,15 @@ class _ProjectionMax(torch.autograd.Function):
             for s in range(0, len(bi), step):
                 r, v, gg = rows[s : s + step], vi[s : s + step], gv[s : s + step]
                 if need_h:
-                    grad_h.index_add_(0, r, gg * weight[v])
+                    grad_h.index_add_(0, r, gg * weight[v].to(acc))
                 if need_w:
-                    grad_w.index_add_(0, v, gg * flat_h[r])
-        grad_b = g.sum(0) if need_b else None
-        return (None if grad_h is None else grad_h.view(B, T, H)), grad_w, grad_b, None, None
+                    grad_w.index_add_(0, v, gg * flat_h[r].to(acc))
+        grad_b = g.sum(0).to(weight.dtype) if need_b else None
+        if grad_h is not None:
+            grad_h = grad_h.to(hidden.dtype).view(B, T, H)
+        if grad_w is not None:
+            grad_w = grad_w.to(weight.dtype)
+        return grad_h, grad_w, grad_b, None, None
 
 
 def eos_pool(last_hidden: Tensor, attention_mask: Tensor) -> Tensor:

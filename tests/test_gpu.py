@@ -1,0 +1,133 @@
+"""The harness's GPU paths on a real CUDA device: bf16 training through the one training loop,
+the LightRetriever projection under bf16 autocast, SVDR's torch.sparse f(q, D) in fp16, the timing
+protocol's synchronised stopwatch, and a faiss GPU copy where faiss-gpu is installed. Each is
+compared with the same computation on the CPU. Skipped where torch sees no GPU (CI); run them on a
+GPU machine with ``python -m pytest -m gpu tests/test_gpu.py``."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")]
+
+
+def _regression_task(seed: int = 0, n: int = 256, d: int = 32):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    w = torch.randn(d, 1, generator=g)
+    return [(x[i], (x[i] @ w).item()) for i in range(n)]
+
+
+def _train(precision: str, device: str) -> tuple[dict, torch.nn.Module, list[str]]:
+    from harness.train import TrainSettings, set_seed, train_loop
+
+    set_seed(0)
+    examples = _regression_task()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+    seen: list[str] = []
+
+    def step_fn(batch, step, rng):
+        x = torch.stack([b[0] for b in batch]).to(device)
+        y = torch.tensor([b[1] for b in batch], device=device)
+        h = model[0](x)
+        seen.append(str(h.dtype))  # the autocast dtype of a matmul inside the step
+        pred = model[2](model[1](h)).squeeze(-1)
+        return torch.nn.functional.mse_loss(pred.float(), y), {}
+
+    ts = TrainSettings(batch_size=16, epochs=20, lr=1e-2, warmup_ratio=0.0, grad_clip=None, device=device, precision=precision,
+                       log_every=1000)
+    info = train_loop(examples, step_fn, list(model.parameters()), settings=ts, seed=0, out=None,
+                      modules=[model])
+    return info, model, seen
+
+
+def test_bf16_training_on_cuda_learns_like_fp32():
+    info, model, seen = _train("bf16", "cuda")
+    ref, _, ref_seen = _train("fp32", "cuda")
+    assert set(seen) == {"torch.bfloat16"} and set(ref_seen) == {"torch.float32"}
+    assert all(p.device.type == "cuda" and p.dtype == torch.float32 for p in model.parameters())  # master weights
+    assert info["steps"] == ref["steps"] == 320
+    first, last = np.mean(info["loss_first"]), np.mean(info["loss_last"])
+    assert last < 0.2 * first, f"bf16 did not learn: loss {first:.3f} -> {last:.3f}"
+    assert abs(last - np.mean(ref["loss_last"])) < 0.1 * first  # bf16 ends where fp32 does, to 10% of the start
+
+
+def test_lightretriever_projection_backward_on_cuda_under_bf16_autocast():
+    from harness.methods.lightretriever.ops import projection_max
+
+    g = torch.Generator().manual_seed(0)
+    hidden, weight, bias = torch.randn(4, 9, 16, generator=g), torch.randn(50, 16, generator=g), torch.randn(50, generator=g)
+    mask = torch.ones(4, 9, dtype=torch.bool)
+    up = torch.randn(4, 50, generator=g)
+    ref = [t.clone().requires_grad_() for t in (hidden, weight, bias)]
+    (projection_max(*ref, mask) * up).sum().backward()
+    h = hidden.cuda().to(torch.bfloat16).requires_grad_()
+    w, b = weight.cuda().requires_grad_(), bias.cuda().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = projection_max(h, w, b, mask.cuda())
+    (out.float() * up.cuda()).sum().backward()
+    assert (h.grad.dtype, w.grad.dtype) == (torch.bfloat16, torch.float32)
+    for got, want in zip((h.grad, w.grad, b.grad), (t.grad for t in ref)):
+        # bf16 logits may pick another position's max here and there: compared as a whole, not element-wise
+        err = (got.float().cpu() - want).norm() / want.norm()
+        assert torch.isfinite(got).all() and err < 0.15, f"relative error {err:.3f}"
+
+
+def test_svdr_sparse_search_on_cuda_matches_the_cpu():
+    import scipy.sparse as sp
+
+    from harness.methods.vdr.measure import _torch_search, _torch_sparse
+
+    index = sp.random(2000, 1000, density=0.02, random_state=1, format="csr", dtype=np.float32)
+    queries = sp.random(8, 1000, density=0.05, random_state=2, format="csr", dtype=np.float32)
+    cpu = _torch_search(_torch_sparse(index, "cpu"), queries, 10, "cpu")
+    gpu = _torch_search(_torch_sparse(index, "cuda"), queries, 10, "cuda")
+    assert gpu.values.dtype == torch.float16 and gpu.values.device.type == "cuda"
+    torch.testing.assert_close(gpu.values.float().cpu(), cpu.values, atol=2e-2, rtol=1e-2)
+    top1 = (gpu.indices[0].cpu() == cpu.indices[0]).float().mean().item()
+    assert top1 >= 0.75, f"only {top1:.0%} of top-1 passages agree (fp16 ties aside)"
+
+
+def test_timing_stopwatch_waits_for_the_gpu():
+    from harness import timing
+
+    proto = timing.Protocol(name="t", source="test", batch_size=2, warmup=0, repeats=2, trim="none",
+                            dtype={"cpu": "float32", "cuda": "float16"}, max_length=8,
+                            inside_timer={"search": "20 matmuls"}, timed=("search",))
+    a = torch.randn(4096, 4096, device="cuda")
+
+    def search(encoded, k, opts):
+        for _ in range(20):  # ~2.7 TFLOP: far longer than a launch; without the sync the timer would miss it
+            encoded = a @ a
+        return encoded
+
+    res = timing.run_protocol(proto, ["q1", "q2"], encode=lambda texts, opts: None, search=search, k=1, device="cuda")
+    assert res.device == "cuda" and res.hardware["name"] == torch.cuda.get_device_name(0)
+    launch = []  # the same work timed without a sync: the launches only
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(20):
+            a @ a
+        launch.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+    assert min(res.samples["search"]) > min(launch), (res.samples, launch)
+
+
+def test_faiss_gpu_flat_matches_the_cpu_index():
+    faiss = pytest.importorskip("faiss")
+    if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() < 1:
+        pytest.skip("faiss here is faiss-cpu (no GPU index): install faiss-gpu for the GPU cells")
+    rng = np.random.default_rng(0)
+    xb, xq = rng.standard_normal((5000, 64), dtype=np.float32), rng.standard_normal((16, 64), dtype=np.float32)
+    cpu = faiss.IndexFlatIP(64)
+    cpu.add(xb)
+    gpu = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, cpu)
+    d0, i0 = cpu.search(xq, 10)
+    d1, i1 = gpu.search(xq, 10)
+    np.testing.assert_allclose(d1, d0, rtol=1e-4, atol=1e-3)
+    assert (i1[:, 0] == i0[:, 0]).mean() >= 0.9
