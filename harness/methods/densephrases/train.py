@@ -119,9 +119,8 @@ def teacher_logits(cfg: Mapping[str, Any], reader_dir: Path, exs: Sequence[Examp
 def _kl(torch, student, teacher, mask, direction: str):
     """Mean over the batch of KL(P || P_c) (paper) or KL(P_c || P) (code), both distributions over the
     tokens both models see (``mask``)."""
-    neg = torch.finfo(student.dtype).min
-    ls = torch.log_softmax(student.masked_fill(~mask, neg), -1)
-    lt = torch.log_softmax(teacher.masked_fill(~mask, neg), -1)
+    ls = torch.log_softmax(student.masked_fill(~mask, torch.finfo(student.dtype).min), -1)
+    lt = torch.log_softmax(teacher.masked_fill(~mask, torch.finfo(teacher.dtype).min), -1)
     p, q = (ls, lt) if direction == "paper" else (lt, ls)
     kl = (p.exp() * (p - q)).masked_fill(~mask, 0.0).sum(-1)
     return kl.mean()
@@ -233,9 +232,9 @@ def _step_fn(torch, model: PhraseModel, s: Mapping[str, Any], teacher, index_of:
         mask = mask.to(dev)
         hs, he = model.start_end(h)
         qs, qe = model.questions([e.question for e in batch])
-        neg = torch.finfo(h.dtype).min
-        zs = torch.einsum("btd,bd->bt", hs, qs).masked_fill(~mask, neg)
-        ze = torch.einsum("btd,bd->bt", he, qe).masked_fill(~mask, neg)
+        zs, ze = torch.einsum("btd,bd->bt", hs, qs), torch.einsum("btd,bd->bt", he, qe)
+        neg = torch.finfo(zs.dtype).min  # the scores' dtype: bf16 under autocast, where float32's min overflows
+        zs, ze = zs.masked_fill(~mask, neg), ze.masked_fill(~mask, neg)
         gs = torch.tensor([e.start for e in batch], device=dev)
         ge = torch.tensor([e.end for e in batch], device=dev)
         single = (ce(zs, gs) + ce(ze, ge)) / 2

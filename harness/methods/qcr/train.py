@@ -172,7 +172,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
         return grad_cache_step(encode, [qs, ds], loss_fn, int(s["chunk_size"]))
 
     res = loop.train_loop(list(range(sched.total)), step_fn, model.parameters(), settings=ts, seed=seed, out=out,
-                          save=model.save, modules=[model.encoder, model.proj])
+                          save=model.save, modules=[model.encoder, model.proj, model.fsq])
     seen = np.repeat(np.arange(len(usage)), usage)
     u = usage_stats(seen, len(usage)) if len(seen) else {}
     return {"steps": res["steps"], "seconds": res["seconds"], "loss_first": res["loss_first"],
