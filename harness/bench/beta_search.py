@@ -152,8 +152,8 @@ def torch_index(index: BinaryTokenIndex, device: str) -> tuple[Callable, dict[st
             return False
 
     fp16 = supported(torch.float16)
-    # the real operands' sizes, tried in order of speed: a 2 x 2 probe can pass where they fail
-    # (cuSPARSE on CUDA 13, H200: fp16 SpMM at 1M passages refused with int32 and int64 indices)
+    # the real operands, tried in order of speed (a 2 x 2 probe can pass where they fail); on the H200
+    # (CUDA 13) fp16 values with int32 indices ran at 1M passages once the values really were fp16
     tries = [(dt, ix) for dt in ((torch.float16,) if fp16 else ()) + (torch.float32,)
              for ix in (torch.int32, torch.int64)]
     refused: list[str] = []

@@ -130,27 +130,18 @@ def _torch_sparse(matrix, device: str):
 
     m = matrix.tocsr()
     dtype = torch.float16 if device == "cuda" else torch.float32
-    t = torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
-                                torch.from_numpy(m.indices.astype(np.int64)),
-                                torch.from_numpy(m.data.astype(np.float32)).to(dtype),
-                                size=m.shape, device=device)
-    if device == "cuda":
-        try:  # cuSPARSE (CUDA 13, H200) refused fp16 SpMM on a 1M-passage index: float32 there, said aloud
-            _ = t @ torch.zeros(m.shape[1], 2, dtype=dtype, device=device)
-        except RuntimeError as exc:
-            from harness.progress import console
-
-            console(f"warning: fp16 torch.sparse CSR x dense refused on this GPU ({str(exc).splitlines()[0][:100]}); "
-                    "f(q, D) on the GPU is timed in float32")
-            t = t.to(torch.float32)
-    return t
+    return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
+                                   torch.from_numpy(m.indices.astype(np.int64)),
+                                   torch.from_numpy(m.data.astype(np.float32)).to(dtype),
+                                   size=m.shape, device=device)
 
 
 def _torch_search(index_t, queries, k: int, device: str):
     """The authors' f(q, D): sparse index [N, V] x dense queries [V, B], then top-k per query."""
     import torch
 
-    q = torch.from_numpy(queries.toarray().T.copy()).to(device=device, dtype=index_t.dtype)
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    q = torch.from_numpy(queries.toarray().T.copy()).to(device=device, dtype=dtype)
     scores = index_t @ q
     out = torch.topk(scores, min(k, scores.shape[0]), dim=0)
     _sync(device)
