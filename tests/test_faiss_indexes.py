@@ -393,3 +393,34 @@ def test_blas_topk_breaks_ties_by_lower_row_id():
     x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.5, 0.0]], np.float32)
     s, i = topk_inner_product(np.array([[1.0, 0.0]], np.float32), x, 3)
     assert i.tolist() == [[0, 2, 3]] and s.tolist() == [[1.0, 1.0, 0.5]]
+
+
+def test_blas_topk_is_the_same_for_any_thread_count(tmp_path, monkeypatch):
+    """OpenBLAS splits one product differently for 1 and 2 threads and the last bits move; exact
+    search multiplies fixed chunks single-threaded, so processes with other BLAS thread counts (a
+    1-thread Snakemake job, a 2-thread `python -m harness search`) write the same scores."""
+    import subprocess
+    import sys
+
+    from harness.indexes import blas
+
+    code = ("import sys, numpy as np\nfrom harness.indexes import blas\nblas.CHUNK_ROWS = 3000\n"
+            "rng = np.random.default_rng(0)\nx = rng.standard_normal((10000, 96), dtype=np.float32)\n"
+            "q = rng.standard_normal((37, 96), dtype=np.float32)\n"
+            "s, i = blas.topk_inner_product(q, x, 40)\nnp.save(sys.argv[1], np.concatenate([s, i.astype(np.float32)]))\n")
+    outs = []
+    for threads in ("1", "2"):
+        out = tmp_path / f"t{threads}.npy"
+        env = {k: v for k, v in __import__("os").environ.items() if not k.endswith("_NUM_THREADS")}
+        subprocess.run([sys.executable, "-c", code, str(out)], check=True, env={**env, "OPENBLAS_NUM_THREADS": threads})
+        outs.append(np.load(out))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    monkeypatch.setattr(blas, "CHUNK_ROWS", 3000)   # in one process: 1 worker and 3 workers, 4 chunks merged
+    rng = np.random.default_rng(1)
+    x, q = rng.standard_normal((10000, 32), dtype=np.float32), rng.standard_normal((5, 32), dtype=np.float32)
+    one, three = blas.topk_inner_product(q, x, 20, threads=1), blas.topk_inner_product(q, x, 20, threads=3)
+    np.testing.assert_array_equal(one[0], three[0])
+    np.testing.assert_array_equal(one[1], three[1])
+    full = q @ x.T
+    np.testing.assert_array_equal(one[1][:, 0], full.argmax(1))
+    np.testing.assert_allclose(one[0], -np.sort(-full, 1)[:, :20], rtol=1e-5)
