@@ -14,8 +14,10 @@ cells they use.
 Verdicts: ``holds`` (significant in the claimed direction after Holm), ``holds (not significant)``,
 ``fails (not significant)``, ``fails`` (significant against the claim), ``holds (exact)`` / ``fails
 (exact)`` for sizes in bytes (deterministic: no sampling to test), ``holds (untested)`` / ``fails
-(untested)`` where no test applies yet (timings: their ratio interval over the timed repeats is not
-linked to the claims yet; the ``test`` column says why), ``not run`` (with the reason).
+(untested)`` where no test applies (a figure without per-query values: one index build, a throughput,
+a ratio of two timings; the ``test`` column says why), ``not run`` (with the reason). A timing kept per
+question (BPR's query time: each question's mean over its repeats, every system timed on the same
+questions) is tested paired like an evaluation measure.
 """
 from __future__ import annotations
 
@@ -158,8 +160,8 @@ def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | 
     pq = [per_query(f, claim[side].get("measure")) for f, side in zip(found, ("lhs", "rhs"), strict=True)]
     metric = [f is not None and f.path is not None and "/metrics/" in str(f.path) for f in found]
     if any(m and p is None for m, p in zip(metric, pq, strict=True)):
-        return {**out, "test": "none: an efficiency or analysis figure without per-query values (a timing's ratio "
-                               "interval over its timed repeats is not linked to claims yet)", "n": ""}
+        return {**out, "test": "none: an efficiency or analysis figure kept without per-query values (one build, "
+                               "a throughput or a ratio of timings; a per-question timing is tested paired)", "n": ""}
     if any(f is not None and p is None for f, p in zip(found, pq, strict=True)):
         return {**out, "test": "none: no per-query values (an evaluation written before they were kept)", "n": ""}
     if pq[0] is not None and pq[1] is not None and set(pq[0]) != set(pq[1]):

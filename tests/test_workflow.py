@@ -81,6 +81,8 @@ def test_full_smoke_run(smoke_run):
                                               "holds (exact)", "fails (exact)", "holds (untested)", "fails (untested)",
                                               "not run"}
     assert any(r["test"].startswith("paired") and int(r["n"]) > 0 for r in claims)  # smoke's effectiveness claims are tested
+    hashing = next(r for r in claims if r["claim_id"] == "bpr-hash-lookup-faster-than-linear-scan")
+    assert hashing["test"].startswith("paired") and int(hashing["n"]) > 0  # a timing kept per question is tested
     # every published table rendered
     n_tables = sum(1 for _ in (tmp_path / "tables").rglob("*.md"))
     assert n_tables >= 37
