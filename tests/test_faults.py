@@ -1,7 +1,7 @@
 """Fault injection: damaged mirror files of each format, stale inputs of every kind, a write that
-runs out of space, a temporary a killed job left. Each fault ends in one clear error or is
-repaired; nothing half-written looks finished. (The whole DAG killed with SIGKILL and rerun is the
-slow smoke DAG's business: tests/test_workflow.py.)"""
+runs out of space, a temporary a killed job left, a job SIGKILLed mid-write and rerun (slow: it reuses
+the smoke DAG's results). Each fault ends in one clear error or is repaired; nothing half-written
+looks finished."""
 from __future__ import annotations
 
 import errno
@@ -106,3 +106,43 @@ def test_a_temporary_a_killed_job_left_is_removed_by_the_next_write(tmp_path):
         tmp.mkdir()
         (tmp / "index.faiss").write_bytes(b"\1" * 64)
     assert sorted(p.name for p in target.parent.iterdir()) == ["smoke"]
+
+
+@pytest.mark.slow
+def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_equals_the_clean_run(smoke_run, tmp_path):
+    """A train job SIGKILLed while it writes: no model folder appears (only its temporary); the rerun
+    removes the temporary and writes the same bytes as the smoke DAG's clean run of the same job."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    done, r = smoke_run
+    assert r.returncode == 0
+    root = tmp_path / "smoke"
+    for part in ("data", "negatives", "decontam"):
+        shutil.copytree(done / "smoke" / part, root / part)
+    cfg = tmp_path / "here.yaml"
+    cfg.write_text(f"results_dir: {tmp_path}\n")
+    out = root / "models" / "bpr"
+    cmd = [sys.executable, "-m", "harness", "train", "--config", str(cfg), "--job", "bpr", "--out", str(out)]
+    repo = Path(__file__).resolve().parent.parent
+    job = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    t0 = time.time()
+    while not list(out.parent.glob(".bpr.*.tmp")) and job.poll() is None and time.time() - t0 < 120:
+        time.sleep(0.05)
+    time.sleep(1.0)   # inside the training loop
+    assert job.poll() is None, "the job ended before it could be killed"
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    assert not out.exists() and list(out.parent.glob(".bpr.*.tmp"))   # nothing that looks finished
+    subprocess.run(cmd, cwd=repo, check=True, capture_output=True)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["bpr"]   # the temporary is gone
+    clean = done / "smoke" / "models" / "bpr"
+    side_files = ("meta.json", ".snakemake_timestamp")   # when it was written, and Snakemake's own marker
+    files = sorted(p.relative_to(clean) for p in clean.rglob("*") if p.is_file() and p.name not in side_files)
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and p.name not in side_files)
+    deterministic = [f for f in files if f.name != "loss.tsv"]   # loss.tsv holds wall seconds
+    assert deterministic and all((out / f).read_bytes() == (clean / f).read_bytes() for f in deterministic)
