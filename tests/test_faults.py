@@ -109,7 +109,7 @@ def test_a_temporary_a_killed_job_left_is_removed_by_the_next_write(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_equals_the_clean_run(smoke_run, tmp_path):
+def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_is_the_clean_run(smoke_run, tmp_path):
     """A train job SIGKILLed while it writes: no model folder appears (only its temporary); the rerun
     removes the temporary and writes the same bytes as the smoke DAG's clean run of the same job."""
     import os
@@ -129,7 +129,8 @@ def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_equals_the
     out = root / "models" / "bpr"
     cmd = [sys.executable, "-m", "harness", "train", "--config", str(cfg), "--job", "bpr", "--out", str(out)]
     repo = Path(__file__).resolve().parent.parent
-    job = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    job = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
     t0 = time.time()
     while not list(out.parent.glob(".bpr.*.tmp")) and job.poll() is None and time.time() - t0 < 120:
         time.sleep(0.05)
@@ -142,7 +143,9 @@ def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_equals_the
     assert sorted(p.name for p in out.parent.iterdir()) == ["bpr"]   # the temporary is gone
     clean = done / "smoke" / "models" / "bpr"
     side_files = ("meta.json", ".snakemake_timestamp")   # when it was written, and Snakemake's own marker
-    files = sorted(p.relative_to(clean) for p in clean.rglob("*") if p.is_file() and p.name not in side_files)
-    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and p.name not in side_files)
-    deterministic = [f for f in files if f.name != "loss.tsv"]   # loss.tsv holds wall seconds
+    def files(folder: Path) -> list[Path]:
+        return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and p.name not in side_files)
+
+    assert files(clean) == files(out)
+    deterministic = [f for f in files(clean) if f.name != "loss.tsv"]   # loss.tsv holds wall seconds
     assert deterministic and all((out / f).read_bytes() == (clean / f).read_bytes() for f in deterministic)
