@@ -143,8 +143,10 @@ def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_is_the_cle
     assert sorted(p.name for p in out.parent.iterdir()) == ["bpr"]   # the temporary is gone
     clean = done / "smoke" / "models" / "bpr"
     side_files = ("meta.json", ".snakemake_timestamp")   # when it was written, and Snakemake's own marker
+
     def files(folder: Path) -> list[Path]:
-        return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and p.name not in side_files)
+        return sorted(p.relative_to(folder) for p in folder.rglob("*")
+                      if p.is_file() and p.name not in side_files)
 
     assert files(clean) == files(out)
     deterministic = [f for f in files(clean) if f.name != "loss.tsv"]   # loss.tsv holds wall seconds
