@@ -29,6 +29,22 @@ def test_profile_overlays_validate(name):
     assert cfg["profile"] == name.removesuffix(".yaml")
 
 
+def test_gpu_overlay_trains_every_trained_method_in_bf16_on_cuda():
+    """configs/profiles/gpu.yaml: every section with a precision key (every trained method, the reader)
+    trains on cuda in bf16 and asks a cluster for a GPU; the measure jobs time their GPU cells; the
+    results land apart from the fp32 ones."""
+    from harness.methods.base import wants_gpu
+    from harness.settings import results_root
+
+    for over in ([PROFILES / "gpu.yaml"], [PROFILES / "small.yaml", PROFILES / "gpu.yaml"]):
+        cfg = load_config(over)
+        trained = {m: sec for m, sec in {**cfg["methods"], "reader": cfg["reader"]}.items() if "precision" in sec}
+        assert set(trained) >= {"dpr", "svdr", "vdr", "bpr", "qcr", "lightretriever", "densephrases", "reader"}
+        assert {(sec["device"], sec["precision"]) for sec in trained.values()} == {("cuda", "bf16")}
+        assert all(wants_gpu(cfg, m) for m in trained)
+        assert cfg["timing"]["device"] == "cuda" and results_root(cfg).name == "gpu"
+
+
 def test_paths_then_overrides_merge_order(tmp_path):
     over = tmp_path / "over.yaml"
     over.write_text("seed: 99\nmethods:\n  dpr:\n    lr: 0.5\n", encoding="utf-8")
