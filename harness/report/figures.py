@@ -333,7 +333,10 @@ def forest(paper: str, rows: Mapping[str, list[Mapping[str, Any]]], out_dir: Pat
                 continue
             y = i + (k - (len(profiles) - 1) / 2) * step
             d, lo, hi = _float(r["diff"]), _float(r["ci_low"]), _float(r["ci_high"])
-            ax.errorbar([d], [y], xerr=[[d - lo], [hi - d]], fmt="o", color=f"C{k}", capsize=3,
+            # the interval as computed; the point inside it (a difference of aggregates, e.g. a trimmed
+            # mean, can sit just outside an interval of per-query means)
+            c = min(max(d, lo), hi)
+            ax.errorbar([c], [y], xerr=[[c - lo], [hi - c]], fmt="o", color=f"C{k}", capsize=3,
                         label=None if prof in labelled else prof)
             labelled.add(prof)
             pub = _float(r.get("published_diff"))
