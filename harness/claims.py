@@ -136,8 +136,14 @@ def per_query(found: Found | None, measure: str | None) -> dict[str, float] | No
         return None
     if measure and measure.startswith("metric:") and found.path.suffix == ".json" and found.path.exists():
         name = measure.removeprefix("metric:")
-        preds = read_json(found.path).get("predictions") or []
+        data = read_json(found.path)
+        preds = data.get("predictions") or []
         vals = {str(r["id"]): float(r[name]) for r in preds if isinstance(r, dict) and "id" in r and name in r}
+        unit = ((data.get("values") or {}).get(name) or {}).get("unit")
+        if vals and unit and found.unit and unit != found.unit:   # the side's base unit (ms -> s)
+            from harness.units import convert
+
+            vals = {q: convert(v, unit, found.unit) for q, v in vals.items()}
         return vals or None
     if found.path.parent.parent.parent.name != "eval":
         return None

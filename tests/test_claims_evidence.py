@@ -122,3 +122,27 @@ def test_a_metric_with_per_question_predictions_is_tested_paired(tmp_path):
     timing = Found(1.0, unit="s", path=tmp_path / "metrics" / "nq" / "x" / "t.json")
     row = _row(_claim("<"), [timing, timing])
     assert row["test"].startswith("none: an efficiency")
+
+
+def test_per_question_timings_are_read_in_the_sides_base_unit(tmp_path):
+    """BPR keeps each question's query time in ms; a claim side reads metrics in base units (s): the
+    per-question values are converted, so the paired difference and its interval are in seconds."""
+    import json
+
+    def metrics(system, ms):
+        path = tmp_path / "metrics" / "nq" / "bpr.efficiency" / f"{system}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        preds = [{"id": f"q{i}", "query_ms": float(v)} for i, v in enumerate(ms)]
+        path.write_text(json.dumps({"values": {"query_ms": {"value": float(np.mean(ms)), "unit": "ms"}},
+                                    "predictions": preds}))
+        return Found(float(np.mean(ms)) / 1e3, unit="s", path=path)
+
+    c = _claim("<")
+    c["lhs"]["measure"] = c["rhs"]["measure"] = "metric:query_ms"
+    rng = np.random.default_rng(2)
+    fast, slow = metrics("a", rng.uniform(0.1, 0.2, 80)), metrics("b", rng.uniform(0.3, 0.4, 80))
+    row = _row(c, [fast, slow])
+    claims.verdicts([row], [c])
+    assert row["n"] == 80 and row["verdict"] == "holds"
+    assert row["diff"] == pytest.approx(fast.value - slow.value)
+    assert -3e-4 < row["ci_low"] < row["ci_high"] < -1e-4
