@@ -173,3 +173,46 @@ def test_a_hub_backbone_that_cannot_be_had_is_one_line(monkeypatch, tmp_path):
     msg = str(got.value)
     assert "backbone 'remote'" in msg and "nobody-has/this-model-xyz" in msg and str(tmp_path / "hf") in msg
     assert "huggingface-cli download" in msg
+
+
+def test_the_beir_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo):
+    """Every BEIR corpus the profiles read through ir_datasets (small's, and the paper profile's when
+    no mirror holds it), from a tiny fabricated cache: the source zip at the path ir_datasets's
+    downloads.json gives it, offline. A missing extra or a changed loader fails here, not on a cluster."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    import ir_datasets
+
+    from harness.config import load_config
+
+    profiles = (["configs/profiles/small.yaml"], ["configs/profiles/paper.yaml"])
+    names = sorted({d.get("name", k) for over in profiles
+                    for k, d in load_config([repo / o for o in over])["datasets"].items() if d.get("family") == "beir"})
+    assert "scifact" in names and len(names) >= 5
+    downloads = json.loads((Path(ir_datasets.__file__).parent / "etc" / "downloads.json").read_text())["beir"]
+    meta = {"url": "u", "pubmed_id": "1", "authors": ["a"], "year": 2000, "cited_by": [], "references": [],
+            "tags": [], "stance": ""}
+    docs = [{"_id": "d1", "title": "T1", "text": "a passage about cells", "metadata": meta},
+            {"_id": "d2", "title": "", "text": "another passage", "metadata": meta}]
+    for name in names:
+        target = tmp_path / "irds" / "beir" / downloads[name]["cache_path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(target, "w") as z:
+            z.writestr(f"{name}/corpus.jsonl", "".join(json.dumps(d) + "\n" for d in docs))
+            z.writestr(f"{name}/queries.jsonl", json.dumps({"_id": "q1", "text": "cells?", "metadata": {}}) + "\n")
+            z.writestr(f"{name}/qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    code = ("import json, sys\nfrom harness.datasets.beir import _corpus_from_ir_datasets\n"
+            "print(json.dumps({n: [[d.id, d.title, d.text] for d in _corpus_from_ir_datasets(n)] "
+            "for n in sys.argv[1:]}))")
+    env = {**os.environ, "IR_DATASETS_HOME": str(tmp_path / "irds"), "IR_DATASETS_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", code, *names], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for name in names:
+        assert [d[0] for d in got[name]] == ["d1", "d2"] and got[name][0][2] == "a passage about cells", name
