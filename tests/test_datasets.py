@@ -216,3 +216,34 @@ def test_the_beir_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     for name in names:
         assert [d[0] for d in got[name]] == ["d1", "d2"] and got[name][0][2] == "a passage about cells", name
+
+
+def test_the_dpr_w100_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo):
+    """The paper profile's first data job's loaders: DPR's 21M-passage TSV and NQ's training file (a
+    JSON list streamed with ijson, the extra the paper profile needs), fabricated tiny at the paths
+    ir_datasets's downloads.json gives them, read offline through harness.datasets.dpr_wiki."""
+    import gzip
+    import json
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "irds" / "dpr-w100"
+    home.mkdir(parents=True)
+    with gzip.open(home / "docs.tsv.gz", "wt", encoding="utf-8") as f:
+        f.write("id\ttext\ttitle\n1\tAaron is a prophet\tAaron\n2\tAn unrelated passage\tOther\n")
+    ctx = {"title": "Aaron", "text": "Aaron is a prophet", "score": 1000, "title_score": 1, "passage_id": "1"}
+    neg = {"title": "Other", "text": "An unrelated passage", "score": 10, "title_score": 0, "passage_id": "2"}
+    with gzip.open(home / "nq-train.json.gz", "wt", encoding="utf-8") as f:
+        json.dump([{"dataset": "nq_train_psgs_w100", "question": "who is aaron", "answers": ["a prophet"],
+                    "positive_ctxs": [ctx], "negative_ctxs": [], "hard_negative_ctxs": [neg]}], f)
+    code = ("import json\nfrom harness.datasets.dpr_wiki import corpus_docs, irds_split\n"
+            "qs, negs = irds_split('dpr-w100/natural-questions/train')\n"
+            "print(json.dumps([[[d.id, d.title, d.text] for d in corpus_docs()], "
+            "[[q.text, q.answers, q.gold] for q in qs], negs]))")
+    env = {**os.environ, "IR_DATASETS_HOME": str(tmp_path / "irds"), "IR_DATASETS_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    docs, queries, negatives = json.loads(r.stdout.strip().splitlines()[-1])
+    assert docs == [["1", "Aaron", "Aaron is a prophet"], ["2", "Other", "An unrelated passage"]]
+    assert queries == [["who is aaron", ["a prophet"], ["1"]]] and list(negatives.values()) == [["2"]]
