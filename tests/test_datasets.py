@@ -247,3 +247,31 @@ def test_the_dpr_w100_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo
     docs, queries, negatives = json.loads(r.stdout.strip().splitlines()[-1])
     assert docs == [["1", "Aaron", "Aaron is a prophet"], ["2", "Other", "An unrelated passage"]]
     assert queries == [["who is aaron", ["a prophet"], ["1"]]] and list(negatives.values()) == [["2"]]
+
+
+def test_the_msmarco_passage_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo):
+    """The paper profile's MS MARCO passage collection (LightRetriever, QCR) through ir_datasets, from a
+    fabricated collectionandqueries.tar.gz at the path its downloads.json gives, offline."""
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+    import tarfile
+
+    home = tmp_path / "irds" / "msmarco-passage"
+    home.mkdir(parents=True)
+    with tarfile.open(home / "collectionandqueries.tar.gz", "w:gz") as tar:
+        for name, text in (("collection.tsv", "0\tThe presence of communication\n1\tManhattan project\n"),
+                           ("queries.train.tsv", "5\twhat is x\n")):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    code = ("import json\nfrom harness.datasets.msmarco import irds_docs\n"
+            "print(json.dumps([[d.id, d.text] for d in irds_docs()]))")
+    env = {**os.environ, "IR_DATASETS_HOME": str(tmp_path / "irds"), "IR_DATASETS_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [["0", "The presence of communication"],
+                                                             ["1", "Manhattan project"]]
