@@ -111,7 +111,8 @@ def test_a_temporary_a_killed_job_left_is_removed_by_the_next_write(tmp_path):
 @pytest.mark.slow
 def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_is_the_clean_run(smoke_run, tmp_path):
     """A train job SIGKILLed while it writes: no model folder appears (only its temporary); the rerun
-    removes the temporary and writes the same bytes as the smoke DAG's clean run of the same job."""
+    removes the temporary and writes the same bytes as the smoke DAG's clean run of the same job, and
+    the index, runs and evaluations built from it equal the DAG's (the same seed twice, end to end)."""
     import os
     import shutil
     import signal
@@ -151,3 +152,16 @@ def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_is_the_cle
     assert files(clean) == files(out)
     deterministic = [f for f in files(clean) if f.name != "loss.tsv"]   # loss.tsv holds wall seconds
     assert deterministic and all((out / f).read_bytes() == (clean / f).read_bytes() for f in deterministic)
+    # the same seed twice, downstream too: the rerun model's index, runs and evaluations equal the DAG's
+    stage = [sys.executable, "-m", "harness"]
+    for args in (["index", "--job", "bpr", "--out", root / "indexes" / "bpr" / "smoke"],
+                 ["index", "--job", "bpr.hash", "--out", root / "indexes" / "bpr.hash" / "smoke"],
+                 ["search", "--job", "bpr", "--out", root / "runs" / "smoke" / "bpr"],
+                 ["evaluate", "--job", "bpr", "--out", root / "eval" / "smoke" / "bpr"]):
+        subprocess.run([*stage, *map(str, args), "--dataset", "smoke", "--config", str(cfg)], cwd=repo, check=True,
+                       capture_output=True)
+    runs = sorted((done / "smoke" / "runs" / "smoke" / "bpr").glob("*.trec"))
+    assert runs and all((root / "runs" / "smoke" / "bpr" / r.name).read_bytes() == r.read_bytes() for r in runs)
+    for ev in sorted((done / "smoke" / "eval" / "smoke" / "bpr").glob("*.json")):
+        assert json.loads((root / "eval" / "smoke" / "bpr" / ev.name).read_text())["measures"] == \
+            json.loads(ev.read_text())["measures"], ev.name
