@@ -8,6 +8,10 @@ score first, ties by lower row id.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from functools import lru_cache
+
 import numpy as np
 
 #: database rows per product. Fixed, and each product single-threaded, so that a score never depends
@@ -19,12 +23,18 @@ CHUNK_ROWS = 1 << 16
 BLOCK_BYTES = 64 << 20
 
 
+@lru_cache(maxsize=1)
+def _blas():
+    """threadpoolctl's view of the loaded BLAS libraries, found once per process (scanning them costs
+    ~0.3 ms, which a one-question search would pay on every call; limiting through it costs ~15 us)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
 def blas_threads() -> int:
     """The thread count numpy's BLAS was given (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, or the cores)."""
-    from threadpoolctl import threadpool_info
-
-    counts = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
-    return max(1, max(counts, default=1))
+    return max(1, max((int(i["num_threads"]) for i in _blas().info()), default=1))
 
 
 def _top(S: np.ndarray, rows: np.ndarray | int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -46,10 +56,6 @@ def topk_inner_product(q: np.ndarray, x: np.ndarray, k: int,
     the largest inner product with each query of ``q`` [B, d] (k is capped at N). The same bits for
     any ``threads`` (default: :func:`blas_threads`); chunks of :data:`CHUNK_ROWS` rows are multiplied
     single-threaded, side by side, and their top-k merged (exact)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from threadpoolctl import threadpool_limits
-
     q = np.ascontiguousarray(q, dtype=np.float32)
     n = x.shape[0]
     k = min(int(k), n)
@@ -58,7 +64,7 @@ def topk_inner_product(q: np.ndarray, x: np.ndarray, k: int,
     chunks = list(range(0, n, CHUNK_ROWS))
     step = max(1, BLOCK_BYTES // (4 * min(n, CHUNK_ROWS)))
     workers = min(len(chunks), threads or blas_threads())
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+    with _blas().limit(limits=1), ThreadPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
         for b in range(0, q.shape[0], step):
             qb = q[b:b + step]
 
@@ -66,7 +72,7 @@ def topk_inner_product(q: np.ndarray, x: np.ndarray, k: int,
                 S = qb @ x[c:c + CHUNK_ROWS].T
                 return _top(S, c, min(k, S.shape[1]))
 
-            parts = list(pool.map(chunk_top, chunks)) if workers > 1 else [chunk_top(c) for c in chunks]
+            parts = list(pool.map(chunk_top, chunks)) if pool is not None else [chunk_top(c) for c in chunks]
             if len(parts) == 1:
                 out_s[b:b + step], out_i[b:b + step] = parts[0]
             else:
