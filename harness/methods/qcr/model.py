@@ -21,19 +21,18 @@ def prequant(fsq, z):
     what Eq. 3 and Eq. 4 measure distances between."""
     import torch
 
-    raw = fsq._levels.to(z.device)  # a buffer that may live on another device than z
-    levels = raw.to(z.dtype)
+    levels = fsq._levels.to(z.dtype)
     half_l = (levels - 1) * (1 + 1e-3) / 2
-    offset = torch.where(raw % 2 == 0, 0.5, 0.0).to(z.dtype)
+    offset = torch.where(fsq._levels % 2 == 0, 0.5, 0.0).to(z.dtype)
     shift = torch.atanh(offset / half_l)
-    return (torch.tanh(z + shift) * half_l - offset) / (raw // 2).to(z.dtype)
+    return (torch.tanh(z + shift) * half_l - offset) / (fsq._levels // 2).to(z.dtype)
 
 
 def code_ids(fsq, pre):
     """Code ids of pre-rounded representations (rounding as FSQ does)."""
     import torch
 
-    hw = (fsq._levels // 2).to(device=pre.device, dtype=pre.dtype)
+    hw = (fsq._levels // 2).to(pre.dtype)
     return fsq.codes_to_indices(torch.round(pre * hw) / hw).long()
 
 
