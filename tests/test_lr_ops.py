@@ -105,20 +105,25 @@ def test_projection_max_bfloat16_backward():
     torch.testing.assert_close(b.grad, up.sum(0))
 
 
-def test_projection_max_backward_under_bf16_autocast():
+@pytest.mark.parametrize("device", [
+    "cpu",
+    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                     reason="torch sees no CUDA device")]),
+])
+def test_projection_max_backward_under_bf16_autocast(device):
     """precision: bf16 training (accelerate's autocast): the encoder's hidden states are bf16, the
     projection's weight and bias float32. The backward pass gives each input a gradient of its own
-    dtype, close to the float32 gradient (the error the first bf16 training run here hit:
-    index_add_ with a bf16 destination and a float32 source)."""
+    dtype, close to the float32 gradient on the CPU (the error the first bf16 training run, on an
+    H200, hit: index_add_ with a bf16 destination and a float32 source)."""
     hidden, weight, b, mask = _inputs(torch.float32, B=4, T=9, H=6, V=13)
     up = torch.randn(4, 13)
     ref = [t.clone().requires_grad_() for t in (hidden, weight, b)]
     (projection_max(*ref, mask) * up).sum().backward()
-    h16 = hidden.to(torch.bfloat16).requires_grad_()
-    w, bb = weight.clone().requires_grad_(), b.clone().requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = projection_max(h16, w, bb, mask)
-    (out.float() * up).sum().backward()
+    h16 = hidden.to(device=device, dtype=torch.bfloat16).requires_grad_()
+    w, bb = weight.to(device).requires_grad_(), b.to(device).requires_grad_()
+    with torch.autocast(device, dtype=torch.bfloat16):
+        out = projection_max(h16, w, bb, mask.to(device))
+    (out.float() * up.to(device)).sum().backward()
     assert (h16.grad.dtype, w.grad.dtype, bb.grad.dtype) == (torch.bfloat16, torch.float32, torch.float32)
     # bf16 logits can pick another position's max here and there, which moves a position's gradient
     # to another: compared are what no choice of position changes (the hidden gradient summed over
