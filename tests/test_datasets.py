@@ -175,20 +175,30 @@ def test_a_hub_backbone_that_cannot_be_had_is_one_line(monkeypatch, tmp_path):
     assert "huggingface-cli download" in msg
 
 
+def _read_through_irds(tmp_path, repo, code: str, *args: str):
+    """Run ``code`` in a fresh process (ir_datasets fixes its home when first imported) over the
+    fabricated cache ``tmp_path/irds``, with every socket refused (so a loader that wants a download
+    fails instead of fetching one): its last line of output, parsed as JSON."""
+    import os
+
+    offline = ("import socket\n"
+               "def _refused(*a, **k):\n    raise OSError('network refused in this test')\n"
+               "socket.socket.connect = _refused\nsocket.create_connection = _refused\n")
+    env = {**os.environ, "IR_DATASETS_HOME": str(tmp_path / "irds")}
+    r = subprocess.run([sys.executable, "-c", offline + code, *args], cwd=repo, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def test_the_beir_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo):
     """Every BEIR corpus the profiles read through ir_datasets (small's, and the paper profile's when
     no mirror holds it), from a tiny fabricated cache: the source zip at the path ir_datasets's
     downloads.json gives it, offline. A missing extra or a changed loader fails here, not on a cluster."""
-    import json
-    import os
-    import subprocess
-    import sys
     import zipfile
     from pathlib import Path
 
     import ir_datasets
-
-    from harness.config import load_config
 
     profiles = (["configs/profiles/small.yaml"], ["configs/profiles/paper.yaml"])
     names = sorted({d.get("name", k) for over in profiles
@@ -209,11 +219,7 @@ def test_the_beir_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo):
     code = ("import json, sys\nfrom harness.datasets.beir import _corpus_from_ir_datasets\n"
             "print(json.dumps({n: [[d.id, d.title, d.text] for d in _corpus_from_ir_datasets(n)] "
             "for n in sys.argv[1:]}))")
-    env = {**os.environ, "IR_DATASETS_HOME": str(tmp_path / "irds"), "IR_DATASETS_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-c", code, *names], cwd=repo, env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    got = _read_through_irds(tmp_path, repo, code, *names)
     for name in names:
         assert [d[0] for d in got[name]] == ["d1", "d2"] and got[name][0][2] == "a passage about cells", name
 
@@ -223,10 +229,6 @@ def test_the_dpr_w100_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo
     JSON list streamed with ijson, the extra the paper profile needs), fabricated tiny at the paths
     ir_datasets's downloads.json gives them, read offline through harness.datasets.dpr_wiki."""
     import gzip
-    import json
-    import os
-    import subprocess
-    import sys
 
     home = tmp_path / "irds" / "dpr-w100"
     home.mkdir(parents=True)
@@ -241,10 +243,7 @@ def test_the_dpr_w100_family_reads_a_fabricated_ir_datasets_cache(tmp_path, repo
             "qs, negs = irds_split('dpr-w100/natural-questions/train')\n"
             "print(json.dumps([[[d.id, d.title, d.text] for d in corpus_docs()], "
             "[[q.text, q.answers, q.gold] for q in qs], negs]))")
-    env = {**os.environ, "IR_DATASETS_HOME": str(tmp_path / "irds"), "IR_DATASETS_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    docs, queries, negatives = json.loads(r.stdout.strip().splitlines()[-1])
+    docs, queries, negatives = _read_through_irds(tmp_path, repo, code)
     assert docs == [["1", "Aaron", "Aaron is a prophet"], ["2", "Other", "An unrelated passage"]]
     assert queries == [["who is aaron", ["a prophet"], ["1"]]] and list(negatives.values()) == [["2"]]
 
@@ -253,10 +252,6 @@ def test_the_msmarco_passage_family_reads_a_fabricated_ir_datasets_cache(tmp_pat
     """The paper profile's MS MARCO passage collection (LightRetriever, QCR) through ir_datasets, from a
     fabricated collectionandqueries.tar.gz at the path its downloads.json gives, offline."""
     import io
-    import json
-    import os
-    import subprocess
-    import sys
     import tarfile
 
     home = tmp_path / "irds" / "msmarco-passage"
@@ -270,11 +265,8 @@ def test_the_msmarco_passage_family_reads_a_fabricated_ir_datasets_cache(tmp_pat
             tar.addfile(info, io.BytesIO(data))
     code = ("import json\nfrom harness.datasets.msmarco import irds_docs\n"
             "print(json.dumps([[d.id, d.text] for d in irds_docs()]))")
-    env = {**os.environ, "IR_DATASETS_HOME": str(tmp_path / "irds"), "IR_DATASETS_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == [["0", "The presence of communication"],
-                                                             ["1", "Manhattan project"]]
+    assert _read_through_irds(tmp_path, repo, code) == [["0", "The presence of communication"],
+                                                        ["1", "Manhattan project"]]
 
 
 def test_every_paper_dataset_prepares_or_fails_in_one_line_offline(tmp_path, repo, monkeypatch, shared_data):
@@ -283,8 +275,6 @@ def test_every_paper_dataset_prepares_or_fails_in_one_line_offline(tmp_path, rep
     never a traceback of requests or ir_datasets."""
     import socket
 
-    from harness.config import load_config
-    from harness.datasets import prepare
     from harness.errors import HarnessError
 
     def refused(*a, **k):
