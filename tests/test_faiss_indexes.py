@@ -399,6 +399,7 @@ def test_blas_topk_is_the_same_for_any_thread_count(tmp_path, monkeypatch):
     """OpenBLAS splits one product differently for 1 and 2 threads and the last bits move; exact
     search multiplies fixed chunks single-threaded, so processes with other BLAS thread counts (a
     1-thread Snakemake job, a 2-thread `python -m harness search`) write the same scores."""
+    import os
     import subprocess
     import sys
 
@@ -411,7 +412,7 @@ def test_blas_topk_is_the_same_for_any_thread_count(tmp_path, monkeypatch):
     outs = []
     for threads in ("1", "2"):
         out = tmp_path / f"t{threads}.npy"
-        env = {k: v for k, v in __import__("os").environ.items() if not k.endswith("_NUM_THREADS")}
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
         subprocess.run([sys.executable, "-c", code, str(out)], check=True, env={**env, "OPENBLAS_NUM_THREADS": threads})
         outs.append(np.load(out))
     np.testing.assert_array_equal(outs[0], outs[1])

@@ -109,7 +109,7 @@ def test_a_temporary_a_killed_job_left_is_removed_by_the_next_write(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_is_the_clean_run(smoke_run, tmp_path):
+def test_a_killed_job_leaves_nothing_finished_and_its_rerun_is_the_clean_run(smoke_run, tmp_path, repo):
     """A train job SIGKILLed while it writes: no model folder appears (only its temporary); the rerun
     removes the temporary and writes the same bytes as the smoke DAG's clean run of the same job, and
     the index, runs and evaluations built from it equal the DAG's (the same seed twice, end to end)."""
@@ -129,7 +129,6 @@ def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_is_the_cle
     cfg.write_text(f"results_dir: {tmp_path}\n")
     out = root / "models" / "bpr"
     cmd = [sys.executable, "-m", "harness", "train", "--config", str(cfg), "--job", "bpr", "--out", str(out)]
-    repo = Path(__file__).resolve().parent.parent
     job = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     t0 = time.time()
@@ -153,13 +152,12 @@ def test_a_job_killed_mid_write_leaves_nothing_finished_and_its_rerun_is_the_cle
     deterministic = [f for f in files(clean) if f.name != "loss.tsv"]   # loss.tsv holds wall seconds
     assert deterministic and all((out / f).read_bytes() == (clean / f).read_bytes() for f in deterministic)
     # the same seed twice, downstream too: the rerun model's index, runs and evaluations equal the DAG's
-    stage = [sys.executable, "-m", "harness"]
-    for args in (["index", "--job", "bpr", "--out", root / "indexes" / "bpr" / "smoke"],
-                 ["index", "--job", "bpr.hash", "--out", root / "indexes" / "bpr.hash" / "smoke"],
-                 ["search", "--job", "bpr", "--out", root / "runs" / "smoke" / "bpr"],
-                 ["evaluate", "--job", "bpr", "--out", root / "eval" / "smoke" / "bpr"]):
-        subprocess.run([*stage, *map(str, args), "--dataset", "smoke", "--config", str(cfg)], cwd=repo, check=True,
-                       capture_output=True)
+    here = load_config([cfg])
+    for stage, id_, kind in (("index", "bpr", "index"), ("index", "bpr.hash", "index"), ("search", "bpr", "run"),
+                             ("evaluate", "bpr", "eval")):
+        where = hp.path(here, hp.Ref(kind, id_, "smoke"))
+        subprocess.run([sys.executable, "-m", "harness", stage, "--job", id_, "--dataset", "smoke",
+                        "--out", str(where), "--config", str(cfg)], cwd=repo, check=True, capture_output=True)
     runs = sorted((done / "smoke" / "runs" / "smoke" / "bpr").glob("*.trec"))
     assert runs and all((root / "runs" / "smoke" / "bpr" / r.name).read_bytes() == r.read_bytes() for r in runs)
     for ev in sorted((done / "smoke" / "eval" / "smoke" / "bpr").glob("*.json")):
