@@ -15,9 +15,10 @@ Verdicts: ``holds`` (significant in the claimed direction after Holm), ``holds (
 ``fails (not significant)``, ``fails`` (significant against the claim), ``holds (exact)`` / ``fails
 (exact)`` for sizes in bytes (deterministic: no sampling to test), ``holds (untested)`` / ``fails
 (untested)`` where no test applies (a figure without per-query values: one index build, a throughput,
-a ratio of two timings; the ``test`` column says why), ``not run`` (with the reason). A timing kept per
-question (BPR's query time: each question's mean over its repeats, every system timed on the same
-questions) is tested paired like an evaluation measure.
+a ratio of two timings without its batches; the ``test`` column says why), ``not run`` (with the
+reason). A timing kept per question (BPR's query time: each question's mean over its repeats, every
+system timed on the same questions) is tested paired like an evaluation measure; a throughput or a
+speedup kept batch by batch gets a bootstrap interval over its batches (:func:`batch_interval`).
 """
 from __future__ import annotations
 
@@ -153,6 +154,51 @@ def per_query(found: Found | None, measure: str | None) -> dict[str, float] | No
     return {q: v[measure] for q, v in read_per_query(f).items() if measure in v} if measure else None
 
 
+def timed_batches(found: Found | None) -> tuple[list[float], list[float], float] | None:
+    """``(num, den, scale)`` of a figure kept batch by batch (:func:`harness.figures.value`'s
+    ``batches``: the value is ``scale * sum(num) / sum(den)`` in the side's base unit); None otherwise."""
+    b = (found.raw or {}).get("batches") if found is not None else None
+    if not b or found.value is None:
+        return None
+    from harness.units import UNITS
+
+    return list(b["num"]), list(b["den"]), float(UNITS[found.raw["unit"]][1])
+
+
+def batch_interval(claim: Mapping[str, Any], values: list[float],
+                   bt: list[tuple[list[float], list[float], float] | None]) -> dict[str, Any]:
+    """The 95% bootstrap interval of ``lhs - (factor * rhs + offset)`` where the figures are ratios of
+    sums over timed batches (a throughput: queries / seconds; a speedup: seconds / seconds): the
+    batches are resampled, both sides' together where both were timed on the same batches (paired);
+    a constant side stays constant. The verdict reads the interval (no p-value)."""
+    import numpy as np
+
+    factor, offset = claim.get("factor", 1.0), claim.get("offset", 0.0)
+    sizes = {len(b[0]) for b in bt if b is not None}
+    if len(sizes) > 1:
+        return {"test": f"none: the two sides were timed on different batches ({'/'.join(map(str, sorted(sizes)))})",
+                "n": ""}
+    n = sizes.pop()
+    if n < 2:
+        return {"test": "none: one timed batch (a throughput or ratio needs at least 2 batches for an interval)",
+                "n": n}
+    arrays = [a for b in bt if b is not None for a in b[:2]]
+    scales = [b[2] if b is not None else None for b in bt]
+
+    def stat(*xs, axis=-1):
+        it = iter(xs)
+        sides = [scales[i] * np.sum(next(it), axis=axis) / np.sum(next(it), axis=axis) if scales[i] is not None
+                 else values[i] for i in range(2)]
+        return sides[0] - (factor * sides[1] + offset)
+
+    lo, hi = stats.bootstrap_ci(tuple(arrays), stat, paired=True)
+    both = all(b is not None for b in bt)
+    return {"test": (f"{'paired ' if both else ''}percentile bootstrap over the {n} timed batches "
+                     f"{'both sides were timed on ' if both else ''}(a ratio of sums; {stats.N_RESAMPLES:,} "
+                     f"resamples, seed {stats.SEED}); the interval decides"),
+            "n": n, "ci_low": lo, "ci_high": hi}
+
+
 def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | None]) -> dict[str, Any]:
     """The statistical evidence of one claim (before Holm): which test applies, its n, the mean
     difference ``lhs - (factor * rhs + offset)`` with its 95% interval, p and the minimum
@@ -163,6 +209,9 @@ def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | 
     units = {f.unit for f in found if f is not None and f.unit}
     if units and units <= {"B"}:
         return {**out, "test": "exact: sizes in bytes are deterministic", "n": ""}
+    bt = [timed_batches(f) for f in found]
+    if any(b is not None for b in bt) and all(b is not None or f is None for b, f in zip(bt, found, strict=True)):
+        return {**out, **batch_interval(claim, values, bt)}
     pq = [per_query(f, claim[side].get("measure")) for f, side in zip(found, ("lhs", "rhs"), strict=True)]
     metric = [f is not None and f.path is not None and "/metrics/" in str(f.path) for f in found]
     if any(m and p is None for m, p in zip(metric, pq, strict=True)):

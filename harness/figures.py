@@ -1,16 +1,21 @@
 """The figure record a measure job writes (``metrics/<dataset>/<job>/<system>.json``), written once.
 
-A record is ``{system, dataset, values: {name: {value, unit, device?, what?, kind?}}, not_run:
+A record is ``{system, dataset, values: {name: {value, unit, device?, what?, kind?, batches?}}, not_run:
 {name: why}, ...extra, hardware, versions, git_commit}``: every figure with its unit, the device
 it was measured on and what it is; a figure scaled from a measured fraction says ``kind:
 projected`` (rendered as projected, never as measured); a figure that could not be measured here
-is absent from ``values`` and named in ``not_run`` with the reason. The tables
+is absent from ``values`` and named in ``not_run`` with the reason. A throughput or a ratio of timings
+measured batch by batch keeps its ``batches``: ``{num: [...], den: [...]}``, one pair per timed batch
+(queries and seconds; the full encoder's and the lookup's seconds), the value being ``sum(num) /
+sum(den)`` in its unit: a claim on it gets a bootstrap interval over the batches
+(:func:`harness.claims.evidence`). The tables
 (:mod:`harness.tables`) and the regression (``metric:<name>`` keys, :mod:`harness.measured`) read
 these files.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +24,20 @@ from harness.meta import git_commit, hardware, versions
 
 
 def value(v: float, unit: str, what: str | None = None, *, device: str | None = None,
-          projected: bool = False) -> dict[str, Any]:
+          projected: bool = False, batches: tuple[Sequence[float], Sequence[float]] | None = None) -> dict[str, Any]:
     """One figure. ``projected``: scaled from a measured fraction (timed batches x the test set's
-    batches, a corpus sample x the corpus)."""
+    batches, a corpus sample x the corpus). ``batches``: ``(num, den)`` per timed batch of a figure
+    that is ``sum(num) / sum(den)`` (checked here against ``v``)."""
     out: dict[str, Any] = {"value": v, "unit": unit}
+    if batches is not None:
+        num, den = [float(x) for x in batches[0]], [float(x) for x in batches[1]]
+        if len(num) != len(den) or not num or sum(den) <= 0:
+            raise ValueError(f"batches of {what or unit!r}: {len(num)} numerators and {len(den)} denominators "
+                             "(one pair per timed batch, the denominators' sum > 0)")
+        if not math.isclose(sum(num) / sum(den), v, rel_tol=1e-6):
+            raise ValueError(f"batches of {what or unit!r}: sum(num) / sum(den) = {sum(num) / sum(den)!r}, "
+                             f"not the value {v!r}")
+        out["batches"] = {"num": num, "den": den}
     if device:
         out["device"] = device
     if what:

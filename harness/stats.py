@@ -9,7 +9,8 @@ query order on both sides of a paired comparison) and returns plain floats.
   when ``2**n <= n_resamples``, Monte Carlo with a fixed seed otherwise) or the paired t-test
   (``scipy.stats.ttest_rel``).
 - :func:`bootstrap_ci`: the percentile bootstrap interval of a statistic (``scipy.stats.bootstrap``),
-  one sample (the paired differences) or two independent samples (a ratio of two systems' timings).
+  one sample (the paired differences), independent samples (two systems measured on different
+  queries) or paired samples (a ratio of sums over the same timed batches).
 - :func:`holm`: Holm–Bonferroni adjusted p-values. Written here (eight lines) because scipy has
   only Benjamini–Hochberg (``false_discovery_control``) and statsmodels is not worth a dependency
   for it; checked against a hand-computed case in tests/test_stats.py.
@@ -62,18 +63,23 @@ def paired_test(x: Sequence[float], y: Sequence[float], method: str = "permutati
     return float(min(1.0, res.pvalue))
 
 
-def bootstrap_ci(samples: Sequence[float] | tuple[Sequence[float], Sequence[float]],
-                 statistic: Callable[..., float] | None = None, *, confidence: float = CONFIDENCE,
-                 n_resamples: int = N_RESAMPLES, seed: int = SEED) -> tuple[float, float]:
+def bootstrap_ci(samples: Sequence[float] | tuple[Sequence[float], ...],
+                 statistic: Callable[..., float] | None = None, *, paired: bool = False,
+                 confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,
+                 seed: int = SEED) -> tuple[float, float]:
     """Percentile bootstrap interval of ``statistic`` (default the mean) over one sample, or over a
-    pair of independent samples ``(a, b)`` resampled separately (``statistic(a, b)``, e.g. a ratio of
-    means). A sample without spread gives the point itself at both ends."""
+    tuple of samples ``(a, b, ...)`` (``statistic(a, b, ..., axis)``): resampled separately (independent
+    samples, e.g. a ratio of two systems' mean timings) or, with ``paired``, by one draw of positions
+    for all of them (their i-th elements belong together: a ratio of sums over the same timed
+    batches). A sample without spread gives the point itself at both ends."""
     from scipy import stats
 
     two = isinstance(samples, tuple)
     data = tuple(np.asarray(s, dtype=float) for s in samples) if two else (np.asarray(samples, dtype=float),)
     if any(s.size == 0 for s in data):
         raise ValueError("bootstrap of an empty sample")
+    if paired and len({s.size for s in data}) > 1:
+        raise ValueError(f"a paired bootstrap needs samples of one length, got {[s.size for s in data]}")
     if statistic is None:
         if two:
             raise ValueError("two samples need a statistic, e.g. lambda a, b, axis: a.mean(axis) / b.mean(axis)")
@@ -81,7 +87,7 @@ def bootstrap_ci(samples: Sequence[float] | tuple[Sequence[float], Sequence[floa
     point = float(statistic(*data, axis=-1))
     if all(np.ptp(s) == 0 for s in data):
         return point, point
-    res = stats.bootstrap(data, statistic, vectorized=True, paired=False, confidence_level=confidence,
+    res = stats.bootstrap(data, statistic, vectorized=True, paired=paired, confidence_level=confidence,
                           n_resamples=n_resamples, method="percentile", rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 

@@ -146,3 +146,66 @@ def test_per_question_timings_are_read_in_the_sides_base_unit(tmp_path):
     assert row["n"] == 80 and row["verdict"] == "holds"
     assert row["diff"] == pytest.approx(fast.value - slow.value)
     assert -3e-4 < row["ci_low"] < row["ci_high"] < -1e-4
+
+
+def _batched(tmp_path, system: str, num, den, unit: str = "Q/s") -> Found:
+    """A throughput or speedup figure kept batch by batch (harness.figures.value's ``batches``)."""
+    from harness import figures
+
+    entry = figures.value(float(np.sum(num) / np.sum(den)), unit, "x", batches=(num, den))
+    return Found(entry["value"], unit="", raw=entry, path=tmp_path / "metrics" / "d" / "j" / f"{system}.json")
+
+
+def test_throughputs_kept_batch_by_batch_get_a_paired_interval(tmp_path):
+    """Two systems timed on the same batches (DensePhrases' Q/s beside DPR + reader's): the interval
+    of the difference resamples the batches of both sides together; the verdict reads it."""
+    rng = np.random.default_rng(0)
+    sizes = [64] * 12
+    fast = _batched(tmp_path, "a", sizes, rng.uniform(0.10, 0.12, 12))     # ~580 Q/s
+    slow = _batched(tmp_path, "b", sizes, rng.uniform(0.30, 0.36, 12))     # ~195 Q/s
+    c = _claim(">")
+    c["lhs"]["measure"] = c["rhs"]["measure"] = "metric:qps_cpu"
+    row = _row(c, [fast, slow])
+    claims.verdicts([row], [c])
+    assert row["n"] == 12 and row["test"].startswith("paired percentile bootstrap over the 12 timed batches")
+    assert row["ci_low"] < row["diff"] < row["ci_high"] and row["ci_low"] > 0 and row["verdict"] == "holds"
+    assert row["diff"] == pytest.approx(fast.value - slow.value)
+    # the same figures with batch times that overlap: an interval over 0, not significant
+    close = _batched(tmp_path, "c", sizes, rng.uniform(0.08, 0.14, 12))
+    row = _row(c, [fast, close])
+    claims.verdicts([row], [c])
+    assert row["ci_low"] < 0 < row["ci_high"] and row["verdict"].endswith("(not significant)")
+    # one timed batch: no interval, said so
+    row = _row(c, [_batched(tmp_path, "d", [63], [0.1]), _batched(tmp_path, "e", [63], [0.3])])
+    claims.verdicts([row], [c])
+    assert row["verdict"] == "holds (untested)" and "one timed batch" in row["test"]
+    # sides timed on different batches are not paired
+    row = _row(c, [fast, _batched(tmp_path, "f", [64] * 5, [0.3] * 5)])
+    assert "different batches" in row["test"]
+
+
+def test_a_speedup_against_a_constant_factor(tmp_path):
+    """LightRetriever's speedup (full seconds / lookup seconds over the same batches) >= 100: the
+    interval is of the ratio of sums minus the constant, its batches resampled in pairs."""
+    rng = np.random.default_rng(1)
+    full = rng.uniform(0.20, 0.30, 16)
+    c = _claim(">=", rhs={"value": 100.0})
+    c["lhs"]["measure"] = "metric:speedup_cpu"
+    far = _batched(tmp_path, "a", full, full / rng.uniform(900, 1100, 16), unit="x")
+    row = _row(c, [far, None])
+    claims.verdicts([row], [c])
+    assert row["verdict"] == "holds" and 800 < row["ci_low"] < row["diff"] < row["ci_high"] < 1000
+    near = _batched(tmp_path, "b", full, full / rng.uniform(50, 150, 16), unit="x")
+    row = _row(c, [near, None])
+    claims.verdicts([row], [c])
+    assert row["ci_low"] < 0 < row["ci_high"] and row["verdict"].endswith("(not significant)")
+
+
+def test_a_figures_batches_must_add_up_to_its_value():
+    from harness import figures
+
+    assert figures.value(2.0, "x", batches=([2, 4], [1, 2]))["batches"] == {"num": [2.0, 4.0], "den": [1.0, 2.0]}
+    with pytest.raises(ValueError, match="not the value"):
+        figures.value(3.0, "x", batches=([2, 4], [1, 2]))
+    with pytest.raises(ValueError, match="one pair per timed batch"):
+        figures.value(2.0, "x", batches=([2, 4], [1]))

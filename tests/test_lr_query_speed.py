@@ -73,6 +73,8 @@ def test_time_light_counts_queries_and_bytes():
     assert res["tokens"] == 11
     assert res["bytes_read"] == 11 * 8 * 4
     assert res["seconds"] == min(res["passes"]) and len(res["passes"]) == 2
+    # one timer per batch on the CPU: the best pass is the sum of its batches (a claim's bootstrap reads them)
+    assert len(res["batch_seconds"]) == 3 and sum(res["batch_seconds"]) == res["seconds"]
     # the inputs reproduce the mean of each query's rows
     flat, offsets = lq.light_inputs(ids, 2)[1]
     assert torch.allclose(table(flat, offsets)[0], table.weight[[5, 6]].mean(0))
@@ -86,7 +88,8 @@ def test_time_full_projects_linearly(tiny_llama, tokenizer):
     assert res["seconds"] == pytest.approx(res["measured_seconds"] / 4 * 12)
     full = lq.time_full(tiny_llama, tokenizer, texts, batch_size=4)
     assert full["kind"] == "measured" and full["queries_timed"] == 12 and full["batches_timed"] == 3
-    assert full["seconds"] == full["measured_seconds"]
+    assert full["seconds"] == full["measured_seconds"] == sum(full["batch_seconds"])
+    assert len(full["batch_seconds"]) == 3
 
 
 def test_time_full_bert_and_tokenize(tiny_bert, tokenizer):
@@ -113,6 +116,9 @@ def test_speed_table_rows_without_gpu(tiny_llama, tokenizer):
         assert r["speedup_gpu"] is None and r["speedup_gpu_vs_light_cpu"] is None
         assert r["full_cpu_kind"] == "measured" and r["full_cpu_s"] > 0 and r["light_cpu_s"] > 0
         assert r["speedup_cpu"] == pytest.approx(r["full_cpu_s"] / r["light_cpu_s"])
+        num, den = r["speedup_cpu_batches"]   # the same batches on both sides, summing to the speedup
+        assert len(num) == len(den) == 8 // r["batch_size"]
+        assert sum(num) / sum(den) == pytest.approx(r["speedup_cpu"], rel=1e-12)
         assert r["bytes_read"] == r["tokens"] * 32 * 4
         assert r["bound_s"] == pytest.approx(r["bytes_read"] / 1e9)
     res = lq.targets(rows)
@@ -123,7 +129,7 @@ def test_speed_table_rows_without_gpu(tiny_llama, tokenizer):
 def test_speed_table_without_full_model(tokenizer):
     rows = lq.speed_table(TEXTS, tokenizer=tokenizer, full_model=None, table=lq.random_table(30522, 8),
                           batch_sizes=(4,), n_queries=4, gpu=False, light_repeats=1, bandwidth=1e9)
-    assert rows[0]["full_cpu_s"] is None and rows[0]["speedup_cpu"] is None
+    assert rows[0]["full_cpu_s"] is None and rows[0]["speedup_cpu"] is None and rows[0]["speedup_cpu_batches"] is None
     assert lq.targets(rows)["a"]["pass"] is None
 
 

@@ -98,3 +98,18 @@ def test_effect_ratio_and_delta_ri_match_repro_eval():
     assert stats.effect_ratio(0.4, 0.5, 0.4, 0.45) == pytest.approx(0.5)
     assert stats.delta_ri(0.4, 0.5, 0.4, 0.45) == pytest.approx(0.25 - 0.125)
     assert math.isnan(stats.effect_ratio(0.4, 0.4, 0.3, 0.5)) and math.isnan(stats.delta_ri(0.0, 0.4, 0.3, 0.5))
+
+
+def test_paired_bootstrap_keeps_each_batch_whole():
+    """A ratio of sums over batches whose every ratio is 2 is 2 under any paired resampling: the paired
+    interval is the point; resampling the two arrays separately (unpaired) spreads it."""
+    rng = np.random.default_rng(3)
+    den = rng.uniform(0.5, 1.5, 30)
+    num = 2 * den
+    ratio = lambda a, b, axis: a.sum(axis) / b.sum(axis)  # noqa: E731
+    lo, hi = stats.bootstrap_ci((num, den), ratio, paired=True)
+    assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)
+    lo, hi = stats.bootstrap_ci((num, den), ratio)
+    assert lo < 1.9 and hi > 2.1
+    with pytest.raises(ValueError, match="one length"):
+        stats.bootstrap_ci((num, den[:5]), ratio, paired=True)

@@ -131,8 +131,18 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
             return [reader.predict(q, [docs[searcher.docids[r]] for r in row if r >= 0]) for q, row in zip(texts, rows)]
 
     res = run_protocol(protocol, questions, encode=enc, search=srch, k=k, device="cpu")
+    secs = res.samples["encode+search"]
     return {"timing": res.to_dict(), "peak_rss": _peak_rss_bytes(), "settings_read": sorted(reads),
-            "qps": res.queries / max(1e-12, sum(res.samples["encode+search"]))}
+            "qps": res.queries / max(1e-12, sum(secs)),
+            # one timed call per batch (the protocol's repeats is 1): queries and seconds batch by batch
+            "batches": (res.batch_sizes, secs) if len(secs) == len(res.batch_sizes) and sum(secs) > 0 else None}
+
+
+def _qps(r: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """Q/s as a figure, with its batches (a claim's bootstrap interval over them)."""
+    from harness.figures import value
+
+    return value(r["qps"], "Q/s", what, device="cpu", batches=r.get("batches"))
 
 
 def _in_child(fn, cfg, *args):
@@ -175,7 +185,7 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
     n = dp["timing"]["queries"]
     common = f"protocol densephrases-qps on {n} {split} questions of {d}"
     values = {
-        "qps_cpu": (dp["qps"], "Q/s", f"{common}: question encoding + phrase search (top-1 phrase) inside the timer"),
+        "qps_cpu": _qps(dp, f"{common}: question encoding + phrase search (top-1 phrase) inside the timer"),
         "storage_bytes": (idx_bytes + dump_bytes + corpus_bytes, "B",
                           (f"phrase index ({main.get('spec')}) {idx_bytes:,} B + phrase dump ({s['dump_codec']}, "
                            f"read to re-score span candidates) {dump_bytes:,} B + passages {corpus_bytes:,} B")),
@@ -194,9 +204,9 @@ def measure_speed(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
         dmeta = read_meta(inputs["dpr_index"])
         fb = int((inputs["dpr_index"] / INDEX_FILE).stat().st_size)
         values = {
-            "qps_cpu": (dr["qps"], "Q/s", (f"{common}: DPR question encoding + faiss search + the reader over "
-                                           f"the top {ctx.cfg['reader'].get('top_k', 20)} passages, one question "
-                                           "per reader call")),
+            "qps_cpu": _qps(dr, (f"{common}: DPR question encoding + faiss search + the reader over "
+                                 f"the top {ctx.cfg['reader'].get('top_k', 20)} passages, one question "
+                                 "per reader call")),
             "storage_bytes": (fb + corpus_bytes, "B", f"DPR's faiss index {fb:,} B + passages {corpus_bytes:,} B"),
             "index_bytes": (fb, "B", "DPR's faiss index alone"),
             "indexing_seconds": (float(dmeta.get("build_seconds") or dmeta.get("seconds") or 0), "s",

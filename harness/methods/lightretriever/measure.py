@@ -103,6 +103,9 @@ def _write_speed(path: Path, system: str, row: Mapping[str, Any], shape: str, *,
                           "scaled linearly)")
         if key.startswith(("full_gpu", "speedup_gpu")) and row.get("full_gpu_kind") == "projected":
             e["kind"] = "projected"
+        if row.get(f"{key}_batches"):
+            e = figures.value(e["value"], unit, e["what"], device=dev, projected=e.get("kind") == "projected",
+                              batches=row[f"{key}_batches"])
         vals[name] = e
     figures.write(path / f"{system}.json", system, dataset, vals, not_run=not_run, queries_note=note, shape=shape,
                   batch_size=row.get("batch_size"), tokens=row.get("tokens"), bytes_read=row.get("bytes_read"),
