@@ -210,6 +210,11 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, t
         for t in (2054, 3007):
             want = model.base(input_ids=torch.tensor([prompt + [t, model.eos]])).last_hidden_state[0, -1]
             assert torch.allclose(table.weight[t], want, atol=1e-4)
+    # the rows of a few tokens (what a search over known queries builds) are those rows of the full table
+    part = model.cache_table("Given a question, retrieve Wikipedia passages that answer the question",
+                             tokens=[3007, 2054])
+    assert part.num_embeddings == 2
+    assert torch.allclose(part.weight, table.weight[[3007, 2054]], atol=1e-5)
     index = tmp_path / "index"
     index.mkdir()
     job = Job("index", "lightretriever", "lightretriever", "build", params={"variant": None, "sparse": True})
@@ -229,3 +234,14 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, t
         live = sum(1 for h in run.values() if h)
         if "topk" not in system:   # a random model's top-16 document terms need not meet any query token
             assert live >= (n if "sparse" not in system else n // 2), (system, live, n)
+    # light dense reads only its queries' rows of the cached table: the same query vectors as the full table
+    from harness.methods.lightretriever.ops import query_vector
+    from harness.methods.lightretriever.search import Searcher
+
+    searcher = Searcher(c, sjob, {"data": data, "model": model_dir, "index": index})
+    searcher.dense(tmp_path)
+    full = model.cache_table(searcher.instr)
+    with torch.no_grad():
+        want = torch.nn.functional.normalize(query_vector(full, searcher.qrows).float(), dim=-1).numpy()
+    assert searcher.info["table_rows"] == len({t for r in searcher.qrows for t in r}) < full.num_embeddings
+    assert np.allclose(searcher.qvec_light, want, atol=1e-5)

@@ -184,19 +184,21 @@ class LightModel:
                 v[i].index_add_(0, idx, torch.ones(len(r), device=v.device))
         return v.clamp(max=1.0) if binary else v
 
-    def cache_table(self, instruction: str | None, *, batch_size: int = 256):
-        """All V token vectors of one instruction in an EmbeddingBag(mode="mean") (serving, §2.2)."""
+    def cache_table(self, instruction: str | None, *, tokens: Sequence[int] | None = None, batch_size: int = 256):
+        """All V token vectors of one instruction in an EmbeddingBag(mode="mean") (serving, §2.2), or
+        only the rows of ``tokens`` (row i is token ``tokens[i]``'s vector: each token's vector is
+        its own forward pass, so a search over known queries needs only the tokens they hold)."""
         import torch
 
         from harness.methods.lightretriever import ops
 
         prompt = self.prompt_ids(instruction)
+        ids = list(range(self.vocab)) if tokens is None else [int(t) for t in tokens]
         with torch.inference_mode():
             if self.s["dense_query"] == "embedding":
-                vecs = self.base.get_input_embeddings().weight.detach().float().clone()
+                vecs = self.base.get_input_embeddings().weight.detach().float()[ids].clone()
             else:
-                vecs = token_vectors(self.base, prompt, list(range(self.vocab)), self.eos,
-                                     batch_size=batch_size).float()
+                vecs = token_vectors(self.base, prompt, ids, self.eos, batch_size=batch_size).float()
         return ops.build_table(vecs)
 
 
