@@ -98,6 +98,10 @@ def test_exact_match_of_runs_and_cli(trained, tmp_path):
     assert res["a"]["questions"] == 63
     preds = res["a"]["predictions"]
     assert sum(p["em"] for p in preds) / len(preds) == pytest.approx(res["a"]["em"])
+    # "b" gives every question the passages "a" gave it: read once, the same answers as reading "b" alone
+    assert res["a"]["read"] == res["b"]["read"] == 63
+    alone = reader.exact_match_of_runs(ctx, out, {"b": runs["test"]}, "smoke")["b"]
+    assert json.dumps(alone["predictions"]) == json.dumps(res["b"]["predictions"])
     import shutil
 
     from harness.job import Job
@@ -113,6 +117,7 @@ def test_exact_match_of_runs_and_cli(trained, tmp_path):
     doc = json.loads((tmp_path / "em" / "x.json").read_text())
     assert doc["values"]["em"]["unit"] == "ratio" and doc["values"]["em"]["value"] == pytest.approx(res["a"]["em"])
     assert doc["values"]["reader_params_millions"]["value"] > 1
+    assert len(doc["predictions"]) == 63   # every question's EM: a claim's paired test uses them all
     assert doc["device_info"]["device"] == "cpu"
 
 
