@@ -267,6 +267,12 @@ def test_search_job_writes_every_variant_from_one_load(trained, tmp_path):
     for q in beta:  # re-ranking m = 5 only permutes the top 5
         assert {d for d, _ in beta[q][:5]} == {d for d, _ in m5[q][:5]}
         assert [d for d, _ in beta[q][5:]] == [d for d, _ in m5[q][5:]]
+    # the job re-scores with E_θ(p) from the embedding index: the order embedding the passages on the fly gives
+    enc = vdr.VDRModel.load(out)
+    docs = {d.id: d for d in store.iter_corpus(ctx.data_dir())}
+    queries = store.read_queries(ctx.data_dir(), "test")
+    fly = rerank(beta, queries, [5], docs, enc.encode_questions, enc.encode_passages)[5]
+    assert {q: [d for d, _ in h] for q, h in fly.items()} == {q: [d for d, _ in h] for q, h in m5.items()}
 
 
 # ---------------------------------------------------------------- re-ranking

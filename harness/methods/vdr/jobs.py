@@ -186,7 +186,8 @@ def build_emb(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> 
 
 def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """full <E(q), E(D)>, alpha <T(q), E(D)>, beta <E(q), T(D)> and beta + re-rank(m) (the top m of
-    the beta run embedded on the fly and re-scored), from one model load and one question encoding."""
+    the beta run re-scored by <E(q), E(p)>, E(p) read from the embedding index: the vectors the method
+    embeds on the fly), from one model load and one question encoding."""
     return search_variants(ctx, inputs, out, job.method, job.systems, job.dataset,
                            job.params.get("split", "test"), job.params.get("depths") or [])
 
