@@ -67,3 +67,35 @@ def test_question_mark_stripping(trained):
     assert dpr.prepare_question(ctx, "Who? ") == "Who?"
     ctx2 = Context(load_config([], overrides={"methods": {"dpr": {"strip_question_mark": True}}}), "dpr")
     assert dpr.prepare_question(ctx2, "Who are you?") == "Who are you"
+
+
+def test_bm25_rerank_reads_the_flat_index_vectors_and_matches_encoding_on_the_fly(trained, tmp_path):
+    """BM25 + DPR (m): the passages' vectors come from the Flat index (stored_vectors: exactly what
+    build_index added), giving the order the encoders give on the fly; a lossy index has none."""
+    from harness.datasets import store
+    from harness.indexes.faiss_dense import DenseFaissIndex
+    from harness.job import Job
+    from harness.rerank import rerank
+    from harness.runs import read_run, write_run
+
+    ctx, out, _ = trained
+    (tmp_path / "idx").mkdir()
+    dpr.build_index(ctx, tmp_path / "idx", out)
+    s = dpr.Searcher(ctx, tmp_path / "idx", out)
+    docs = list(store.iter_corpus(ctx.data_dir()))
+    P = s.model.encode_passages([d.title for d in docs], [d.text for d in docs])
+    np.testing.assert_allclose(s.index.stored_vectors(), P, rtol=1e-5, atol=1e-6)
+    assert DenseFaissIndex.build("PQ8x4", np.random.default_rng(0).random((300, 128), np.float32)).stored_vectors() is None
+    queries = store.read_queries(ctx.data_dir(), "test")
+    bm25 = {q.id: [(d.id, 30.0 - i) for i, d in enumerate(docs[i % 7:i % 7 + 30])] for i, q in enumerate(queries)}
+    (tmp_path / "bm25").mkdir()
+    write_run(tmp_path / "bm25" / "bm25.trec", bm25, "bm25")
+    job = Job("search", "dpr", "dpr", "", "smoke", systems=("dpr",), params={"depths": [5, 20]})
+    (tmp_path / "runs").mkdir()
+    dpr.run_search(ctx, job, {"data": ctx.data_dir(), "model": out, "index": tmp_path / "idx",
+                              "bm25_run": tmp_path / "bm25"}, tmp_path / "runs")
+    fly = rerank(bm25, queries, [5, 20], {d.id: d for d in docs}, s.model.encode_questions,
+                 lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds]))
+    for m in (5, 20):
+        got = read_run(tmp_path / "runs" / f"dpr.bm25-m{m}.trec")
+        assert {q: [d for d, _ in h] for q, h in got.items()} == {q: [d for d, _ in h] for q, h in fly[m].items()}

@@ -207,8 +207,7 @@ class DenseFaissIndex:
         if self._flat_ip():
             from harness.indexes.blas import topk_inner_product
 
-            xb = faiss.rev_swig_ptr(self.index.get_xb(), self.ntotal * self.dim).reshape(self.ntotal, self.dim)
-            return topk_inner_product(queries, xb, k)  # exact, in numpy's BLAS (harness/indexes/blas.py)
+            return topk_inner_product(queries, self.stored_vectors(), k)  # exact, numpy's BLAS (indexes/blas.py)
         D, I = self.index.search(queries, k)
         if self.kind == "lsh":
             return -D, I
@@ -219,6 +218,13 @@ class DenseFaissIndex:
         faiss's IndexFlatIP (ties aside) at numpy's BLAS speed (``bench flat-search``)."""
         return (self.factory == "Flat" and isinstance(self.index, faiss.IndexFlat)
                 and self.index.metric_type == faiss.METRIC_INNER_PRODUCT and self.ntotal > 0)
+
+    def stored_vectors(self) -> np.ndarray | None:
+        """The database vectors exactly as added ([ntotal, dim] float32, a view) where the index keeps
+        them uncompressed (``Flat``, inner product); None for a lossy or transformed index."""
+        if not self._flat_ip():
+            return None
+        return faiss.rev_swig_ptr(self.index.get_xb(), self.ntotal * self.dim).reshape(self.ntotal, self.dim)
 
     def save(self, folder: Path) -> Path:
         path = Path(folder) / INDEX_FILE

@@ -312,16 +312,24 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     k = ctx.cfg["evaluate"]["depth"]
     t0 = time.perf_counter()
     s = Searcher(ctx, inputs["index"], inputs["model"])
-    scores, rows = s.search(s.encode([q.text for q in queries]), k)
+    qvecs = s.encode([q.text for q in queries])
+    scores, rows = s.search(qvecs, k)
     hits = s.results([q.id for q in queries], scores, rows)
     write_run_with_meta(out / f"{job.systems[0]}.trec", hits, system=job.systems[0], meta={
         "dataset": job.dataset, "depth": k, "seconds": round(time.perf_counter() - t0, 3),
         "note": "wall time of loading, encoding and searching; efficiency figures are in metrics/"})
     depths = list(job.params.get("depths") or [])
     if depths:
+        # E(q) as encoded above; E(p) read from a Flat index (the passage encoder's vectors as added),
+        # encoded here only where the index compresses them
+        xb = s.index.stored_vectors()
+        qrow = {q.text: i for i, q in enumerate(queries)}
+        drow = {d: i for i, d in enumerate(s.docids)}
+        passages = ((lambda ds: xb[[drow[d.id] for d in ds]]) if xb is not None else
+                    (lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds])))
         write_reranked(out, read_run(inputs["bm25_run"] / "bm25.trec"), queries, depths,
-                       {d.id: d for d in store.iter_corpus(inputs["data"])}, s.model.encode_questions,
-                       lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds]),
-                       system=f"{job.systems[0]}.bm25", dataset=job.dataset, depth=k,
-                       note="BM25 top m re-scored by the trained DPR encoders")
+                       {d.id: d for d in store.iter_corpus(inputs["data"])}, lambda ts: qvecs[[qrow[t] for t in ts]],
+                       passages, system=f"{job.systems[0]}.bm25", dataset=job.dataset, depth=k,
+                       note="BM25 top m re-scored by the trained DPR encoders" + (
+                           " (passage vectors read from the Flat index)" if xb is not None else ""))
     return {"queries": len(queries)}
