@@ -65,3 +65,27 @@ def test_unknown_lucene_spec(tmp_path):
 
     with pytest.raises(ConfigError, match="unknown lucene spec"):
         lucene.build("bm26", DOCS, tmp_path / "x")
+
+
+def test_lucene_searchers_import_without_pyserini_encode():
+    """pyserini_env.lucene_module leaves out pyserini.encode's query encoders (openai, sklearn, torch:
+    seconds per job), yet a name the searchers took from it still builds the real class, and
+    pyserini.encode stays importable."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        from harness.indexes import pyserini_env
+        m = pyserini_env.lucene_module()
+        assert m.LuceneSearcher and m.LuceneImpactSearcher
+        assert "pyserini.encode" not in sys.modules and "torch" not in sys.modules, "heavy imports"
+        import pyserini.search.lucene._impact_searcher as imp
+        enc = imp.QueryEncoder()                      # the placeholder: imports the real module now
+        import pyserini.encode
+        assert type(enc) is pyserini.encode.QueryEncoder and not enc.has_encoded_query
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]

@@ -6,7 +6,12 @@ Workarounds, verified on these machines (DESIGN.md, "Environment quirks"):
 * That runtime lacks ``jdk.incubator.vector``, which pyserini always adds to the JVM options:
   the option is dropped by wrapping ``jnius_config.add_options`` before pyserini is imported.
 * pyserini builds an OpenAI client at import: OPENAI_API_KEY gets a dummy value when unset.
-* Importing pyserini takes ~10 s (it pulls torch/transformers): callers import lazily.
+* Importing pyserini takes ~10 s (it pulls torch/transformers): callers import lazily, and
+  :func:`lucene_module` imports ``pyserini.search.lucene`` without ``pyserini.encode`` (its ~20 query
+  encoders: openai, sklearn, torch, transformers, ...; ~5 s of every job that searches Lucene, measured
+  beside an already imported torch + transformers), which the harness never uses: it hands queries
+  already encoded. The names the searchers import from it are placeholders that import the real
+  ``pyserini.encode`` the first time one is called (a text query encoder still works).
 """
 from __future__ import annotations
 
@@ -49,11 +54,46 @@ def setup() -> str:
     return java_home
 
 
-def lucene_searcher(index_dir: str):
-    setup()
-    from pyserini.search.lucene import LuceneSearcher
+def _deferred(name: str) -> type:
+    """A stand-in for the class ``pyserini.encode.<name>``: calling it imports the real module and
+    returns the real class's instance."""
+    import importlib
 
-    return LuceneSearcher(index_dir)
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module("pyserini.encode"), name)(*args, **kwargs)
+
+    return type(name, (), {"__new__": __new__, "__module__": "pyserini.encode",
+                           "__doc__": f"pyserini.encode.{name}, imported on first use (harness.indexes.pyserini_env)"})
+
+
+def lucene_module() -> Any:
+    """``pyserini.search.lucene`` (LuceneSearcher, LuceneImpactSearcher), imported without importing
+    ``pyserini.encode`` (see the module doc). ``pyserini.encode`` itself stays importable as usual."""
+    import importlib
+    import sys
+    import types
+
+    setup()
+    if "pyserini.search.lucene" in sys.modules or "pyserini.encode" in sys.modules:
+        return importlib.import_module("pyserini.search.lucene")
+    stub = types.ModuleType("pyserini.encode", "placeholder while pyserini.search.lucene is imported")
+
+    def __getattr__(name: str) -> type:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _deferred(name)
+
+    stub.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    sys.modules["pyserini.encode"] = stub
+    try:
+        return importlib.import_module("pyserini.search.lucene")
+    finally:
+        if sys.modules.get("pyserini.encode") is stub:
+            del sys.modules["pyserini.encode"]
+
+
+def lucene_searcher(index_dir: str):
+    return lucene_module().LuceneSearcher(index_dir)
 
 
 def index_collection(args: list[str]) -> None:
@@ -78,10 +118,7 @@ def lucene_impact_searcher(index_dir: str) -> Any:
     ``batch_search`` take pre-encoded dicts. ``min_idf=-inf``: pyserini keeps only query tokens with
     idf > min_idf, and its default 0 would drop tokens that occur in every document (idf = log(N/df) = 0).
     """
-    setup()
-    from pyserini.search.lucene import LuceneImpactSearcher
-
-    return LuceneImpactSearcher(index_dir, _PreEncoded(), min_idf=float("-inf"))
+    return lucene_module().LuceneImpactSearcher(index_dir, _PreEncoded(), min_idf=float("-inf"))
 
 
 def similarity_name(java_searcher: Any) -> str:
