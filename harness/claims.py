@@ -215,8 +215,9 @@ def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | 
     pq = [per_query(f, claim[side].get("measure")) for f, side in zip(found, ("lhs", "rhs"), strict=True)]
     metric = [f is not None and f.path is not None and "/metrics/" in str(f.path) for f in found]
     if any(m and p is None for m, p in zip(metric, pq, strict=True)):
-        return {**out, "test": "none: an efficiency or analysis figure kept without per-query values (one build, "
-                               "a throughput or a ratio of timings; a per-question timing is tested paired)", "n": ""}
+        return {**out, "test": "none: a figure without per-query values or timed batches (one index build each; an "
+                               "analysis figure of the whole corpus, whose uncertainty is the training seed's; "
+                               "a per-question timing is tested paired, a throughput over its batches)", "n": ""}
     if any(f is not None and p is None for f, p in zip(found, pq, strict=True)):
         return {**out, "test": "none: no per-query values (an evaluation written before they were kept)", "n": ""}
     if pq[0] is not None and pq[1] is not None and set(pq[0]) != set(pq[1]):
