@@ -121,7 +121,7 @@ def test_a_metric_with_per_question_predictions_is_tested_paired(tmp_path):
     assert row["n"] == 150 and row["test"].startswith("paired") and row["verdict"] == "holds"
     timing = Found(1.0, unit="s", path=tmp_path / "metrics" / "nq" / "x" / "t.json")
     row = _row(_claim("<"), [timing, timing])
-    assert row["test"].startswith("none: an efficiency")
+    assert row["test"].startswith("none: a figure without per-query values or timed batches")
 
 
 def test_per_question_timings_are_read_in_the_sides_base_unit(tmp_path):
