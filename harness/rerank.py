@@ -54,6 +54,14 @@ def rerank(run: Mapping[str, Sequence[tuple[str, float]]], queries: Sequence[Que
     return out
 
 
+def stored(matrix: Any, ids: Sequence[str], key: Callable[[Any], str] = str) -> Callable[[Sequence[Any]], Any]:
+    """An ``encode_*`` for :func:`rerank` that reads vectors already computed instead of encoding:
+    row i of ``matrix`` (numpy or scipy sparse) belongs to ``ids[i]``, and each item asked for is
+    found by ``key(item)`` (a question's text, a passage's ``Doc.id``)."""
+    row = {k: i for i, k in enumerate(ids)}
+    return lambda items: matrix[[row[key(x)] for x in items]]
+
+
 def _dot(Q, qi: int, P, rows: list[int]) -> np.ndarray:
     import scipy.sparse as sp
 

@@ -305,7 +305,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
 def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """The ``dpr`` run and the BM25 + DPR (m) re-rankings, one model load and one question encoding."""
     from harness.artifacts import write_run_with_meta
-    from harness.rerank import write_reranked
+    from harness.rerank import stored, write_reranked
     from harness.runs import read_run
 
     queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
@@ -323,12 +323,10 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
         # E(q) as encoded above; E(p) read from a Flat index (the passage encoder's vectors as added),
         # encoded here only where the index compresses them
         xb = s.index.stored_vectors()
-        qrow = {q.text: i for i, q in enumerate(queries)}
-        drow = {d: i for i, d in enumerate(s.docids)}
-        passages = ((lambda ds: xb[[drow[d.id] for d in ds]]) if xb is not None else
+        passages = (stored(xb, s.docids, key=lambda d: d.id) if xb is not None else
                     (lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds])))
         write_reranked(out, read_run(inputs["bm25_run"] / "bm25.trec"), queries, depths,
-                       {d.id: d for d in store.iter_corpus(inputs["data"])}, lambda ts: qvecs[[qrow[t] for t in ts]],
+                       {d.id: d for d in store.iter_corpus(inputs["data"])}, stored(qvecs, [q.text for q in queries]),
                        passages, system=f"{job.systems[0]}.bm25", dataset=job.dataset, depth=k,
                        note="BM25 top m re-scored by the trained DPR encoders" + (
                            " (passage vectors read from the Flat index)" if xb is not None else ""))

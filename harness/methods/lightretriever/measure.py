@@ -96,17 +96,13 @@ def _write_speed(path: Path, system: str, row: Mapping[str, Any], shape: str, *,
             not_run[name] = ("out of GPU memory" if kind == "OOM" else no_gpu if dev == "cuda" and not gpu
                              else "not measured")
             continue
-        e = {"value": float(value), "unit": unit, "device": dev, "what": what}
-        if (key.startswith("full_cpu") or key == "speedup_cpu") and row.get("full_cpu_kind") == "projected":
-            e["kind"] = "projected"
-            e["what"] += (f" (timed on {row.get('full_cpu_queries_timed')} of {row.get('queries')} queries, "
-                          "scaled linearly)")
-        if key.startswith(("full_gpu", "speedup_gpu")) and row.get("full_gpu_kind") == "projected":
-            e["kind"] = "projected"
-        if row.get(f"{key}_batches"):
-            e = figures.value(e["value"], unit, e["what"], device=dev, projected=e.get("kind") == "projected",
-                              batches=row[f"{key}_batches"])
-        vals[name] = e
+        cpu_projected = (key.startswith("full_cpu") or key == "speedup_cpu") and row.get("full_cpu_kind") == "projected"
+        if cpu_projected:
+            what += f" (timed on {row.get('full_cpu_queries_timed')} of {row.get('queries')} queries, scaled linearly)"
+        projected = cpu_projected or (key.startswith(("full_gpu", "speedup_gpu"))
+                                      and row.get("full_gpu_kind") == "projected")
+        vals[name] = figures.value(float(value), unit, what, device=dev, projected=projected,
+                                   batches=row.get(f"{key}_batches"))
     figures.write(path / f"{system}.json", system, dataset, vals, not_run=not_run, queries_note=note, shape=shape,
                   batch_size=row.get("batch_size"), tokens=row.get("tokens"), bytes_read=row.get("bytes_read"),
                   bandwidth_bytes_per_s=row.get("bandwidth"))

@@ -196,7 +196,7 @@ class LightModel:
         ids = list(range(self.vocab)) if tokens is None else [int(t) for t in tokens]
         with torch.inference_mode():
             if self.s["dense_query"] == "embedding":
-                vecs = self.base.get_input_embeddings().weight.detach().float()[ids].clone()
+                vecs = self.base.get_input_embeddings().weight.detach().float()[ids]   # indexing copies
             else:
                 vecs = token_vectors(self.base, prompt, ids, self.eos, batch_size=batch_size).float()
         return ops.build_table(vecs)

@@ -15,7 +15,7 @@ from harness.indexes.sparse_csr import SparseEmbeddingIndex
 from harness.methods.base import Context
 from harness.methods.vdr.index import emb_index, load_token_index
 from harness.methods.vdr.model import VDRModel
-from harness.rerank import write_reranked
+from harness.rerank import stored, write_reranked
 
 
 def _write_system(out: Path, system: str, qids: Sequence[str], docids: Sequence[str], scores, rows,
@@ -55,10 +55,8 @@ def search_variants(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
         # E_θ(q) and E_θ(p) as computed above and stored in the embedding index (encode_passages built
         # it): the vectors the method embeds on the fly, not computed a second time here; what
         # embedding the top m on the fly costs is Table 2's (measure svdr.latency)
-        qrow = {t: i for i, t in enumerate(texts)}
-        drow = {d: i for i, d in enumerate(emb.docids)}
         write_reranked(out, beta_hits, queries, depths, {d.id: d for d in store.iter_corpus(inputs["data"])},
-                       lambda ts: eq[[qrow[t] for t in ts]], lambda ds: emb.matrix[[drow[d.id] for d in ds]],
+                       stored(eq, texts), stored(emb.matrix, emb.docids, key=lambda d: d.id),
                        system=f"{name}.beta", dataset=dataset, depth=k,
                        note=("the beta top m re-scored by <E_θ(q), E_θ(p)>, E_θ(p) read from the embedding index "
                              "(the vectors the method embeds on the fly; that cost is timed in Table 2)"))
