@@ -25,7 +25,7 @@ from harness.errors import HarnessError
 # command -> (module, one-line help). Each module defines `main(argv: list[str]) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("harness.config", "validate and print the resolved configuration"),
-    "data": ("harness.datasets.cli", "prepare a dataset (download/verify/convert) into the results tree"),
+    "data": ("harness.stages:data", "prepare a dataset (download/verify/convert) into the results tree"),
     "negatives": ("harness.stages:negatives", "mine BM25 hard negatives for a training dataset"),
     "plan": ("harness.stages:plan_main", "list every job (train, index, search, measure) of the config"),
     "train": ("harness.stages:train", "run a train job of the plan (a model)"),
@@ -40,8 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "published": ("harness.published", "print the published numbers of a paper"),
     "regress": ("harness.regress", "compare measured values with configs/expected/<profile>.yaml"),
     "claims": ("harness.claims", "evaluate configs/claims.yaml on measured values"),
-    "decontam": ("harness.decontam.cli:decontam_main", "remove test-set near-duplicates from training queries"),
-    "decontam-report": ("harness.decontam.cli:report_main", "render LightRetriever Tables 6/7 for this profile's decontamination"),
+    "decontam": ("harness.stages:decontam", "remove test-set near-duplicates from training queries"),
+    "decontam-report": ("harness.stages:decontam_report", "render LightRetriever Tables 6/7 for this profile's decontamination"),
     "datasets": ("harness.datasets.catalog", "the dataset registry: --cards (docs/datasets.md), --list, --check"),
     "bench": ("harness.bench", "run a benchmark and print its figures"),
 }

@@ -315,8 +315,8 @@ def check_references(cfg: Mapping[str, Any]) -> None:
 
 def check_names(cfg: Mapping[str, Any]) -> None:
     """Names the schema leaves to the registries that define them: each dataset's answer rule
-    (harness.evaluate.qa.ANSWER_RULES) and each paper of ``paper_settings`` (harness.published.PAPERS)."""
-    from harness.evaluate.qa import ANSWER_RULES
+    (harness.datasets.answers.ANSWER_RULES) and each paper of ``paper_settings`` (harness.published.PAPERS)."""
+    from harness.datasets.answers import ANSWER_RULES
     from harness.published import PAPERS
 
     for key, dcfg in cfg["datasets"].items():

@@ -36,7 +36,7 @@ def negatives_job(cfg: Mapping[str, Any], dataset: str) -> Job:
 
 
 def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) -> list[dict]:
-    from harness.evaluate.qa import ANSWER_RULES
+    from harness.datasets.answers import ANSWER_RULES
     from harness.methods import bm25
     from harness.methods.base import Context
 

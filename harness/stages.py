@@ -8,6 +8,8 @@ the job, its config hash and the values behind it, the inputs' hashes, commit, v
 seconds, bytes, and whatever the step returned.
 
 ``evaluate`` scores every run of one search job's folder (one job per folder, not per system).
+``data``, ``negatives`` and ``decontam`` run the jobs no method declares (harness.plan.shared_jobs);
+``decontam-report`` renders LightRetriever's Tables 6 and 7 from the decontamination.
 """
 from __future__ import annotations
 
@@ -157,4 +159,80 @@ def plan_main(argv: list[str]) -> int:
     for (stage, id_, dataset), job in sorted(p.jobs.items(), key=lambda kv: tuple(map(str, kv[0]))):
         print(f"{stage:8} {id_:28} {dataset or '*':14} {job.method}.{job.step}"
               + (f"  -> {' '.join(job.systems)}" if job.systems else ""))
+    return 0
+
+
+def data(argv: list[str]) -> int:
+    """`python -m harness data --dataset KEY --out DIR`: fetch, verify and convert one dataset."""
+    from harness import plan as hplan
+    from harness.datasets import prepare
+    from harness.errors import ConfigError
+    from harness.meta import write_meta
+
+    ap = argparse.ArgumentParser(prog="python -m harness data", description=data.__doc__)
+    add_config_argument(ap)
+    ap.add_argument("--dataset", required=True, help="dataset key (config key datasets.<key>)")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    if args.dataset not in cfg["datasets"]:
+        raise ConfigError(f"unknown dataset {args.dataset!r}; config key datasets defines: {', '.join(cfg['datasets'])}")
+    dcfg = cfg["datasets"][args.dataset]
+    t0 = time.perf_counter()
+    with atomic_path(args.out) as tmp:
+        tmp.mkdir()
+        info = prepare(args.dataset, dcfg, cfg, tmp)
+        write_meta(tmp, "dataset", spec=dcfg["id"], config_hash=hplan.data_hash(cfg, args.dataset),
+                   seconds=time.perf_counter() - t0, extra={"key": args.dataset, "family": dcfg["family"], **info})
+    print(f"{args.dataset}: {info.get('documents')} documents, queries {info.get('queries')}")
+    return 0
+
+
+def decontam(argv: list[str]) -> int:
+    """`python -m harness decontam --config YAML... --out-dir DIR`: the plan's decontamination job
+    (its query sets from config key ``decontam``, its config hash in meta.json); with
+    ``--train``/``--test`` instead of ``--config``, any query files (:func:`harness.decontam.stage.main`)."""
+    from harness import plan as hplan
+    from harness.decontam import stage
+    from harness.decontam.report import DEFAULT_K, DEFAULT_TABLE7, plan as query_sets
+
+    if not any(a == "--config" or a.startswith("--config=") for a in argv):
+        return stage.main(argv)
+    ap = argparse.ArgumentParser(prog="python -m harness decontam",
+                                 description="the plan's decontamination job (config key decontam)",
+                                 epilog="without --config: python -m harness decontam --train NAME=PATH ... "
+                                        "--test NAME=PATH ... --out-dir DIR")
+    add_config_argument(ap)
+    ap.add_argument("--out-dir", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    p = hplan.get(cfg)
+    job = p.job("decontam", "decontam")
+    for role, ref in job.inputs.items():
+        hplan.check_input(p, role, ref)
+    train, test = query_sets(cfg)
+    dc = cfg["decontam"]
+    meta = stage.run([(s.name, s.path(cfg)) for s in train], [(s.name, s.path(cfg)) for s in test], args.out_dir,
+                     k=int(dc.get("k", DEFAULT_K)), table7_per_set=int(dc.get("table7_per_set", DEFAULT_TABLE7)),
+                     workers=int(dc.get("workers", 1)),
+                     identity={"job": job.id, "config_hash": p.hash(job), "config_values": p.values(job),
+                               "input_hashes": p.input_hashes(job)})
+    stage.summary(meta, args.out_dir)
+    return 0
+
+
+def decontam_report(argv: list[str]) -> int:
+    """`python -m harness decontam-report`: LightRetriever's Tables 6 and 7 measured on this
+    profile's decontamination (:func:`harness.decontam.report.render`)."""
+    from harness.decontam.report import render
+
+    ap = argparse.ArgumentParser(prog="python -m harness decontam-report",
+                                 description="render LightRetriever Tables 6/7 for this profile's decontamination")
+    add_config_argument(ap)
+    ap.add_argument("--decontam", type=Path, required=True, help="output folder of rule decontam")
+    ap.add_argument("--out", type=Path, required=True,
+                    help="markdown of Table 6 (its .csv, 7-measured.md and 7-measured.csv are written beside it)")
+    args = ap.parse_args(argv)
+    paths = render(load_config(args.config), args.decontam, args.out)
+    print("wrote " + ", ".join(str(p) for p in paths))
     return 0

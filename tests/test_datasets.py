@@ -10,7 +10,7 @@ import pytest
 from harness.config import load_config
 from harness.datasets import prepare, store
 from harness.errors import ConfigError, DataError
-from harness.evaluate.qa import has_answer
+from harness.datasets.answers import has_answer
 
 
 def _cfg(tmp_path, mirror=None, **over):

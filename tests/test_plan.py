@@ -244,6 +244,7 @@ def test_matrices_name_only_systems_the_plan_produces(profile):
     """A wired cell (row -> system, column's dataset label substituted) is measured, i.e. some job of
     the plan writes the system; in smoke every wired, substituted cell must be measured, elsewhere a
     cell may be not run only because the method is off or not run on that dataset."""
+    from harness.measured import split_system
     from harness.tables import matrix as hmatrix
     from harness.published import PAPERS
 
@@ -253,7 +254,7 @@ def test_matrices_name_only_systems_the_plan_produces(profile):
         doc = hmatrix.load_matrix(paper)
         for tid, tmatrix in doc["tables"].items():
             for row, system in (tmatrix.get("systems") or {}).items():
-                method, _ = hmatrix.split_system(system)
+                method, _ = split_system(system)
                 if method not in METHODS and method not in STEPS:
                     bad.append(f"{paper} table {tid} row {row!r}: system {system!r} names no method")
         for t in hmatrix.published(paper)["tables"]:

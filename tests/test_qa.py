@@ -7,19 +7,16 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.evaluate import qa
+from harness.datasets.answers import ANSWER_RULES, has_answer, is_empty_answer, simple_tokenize
 from harness.evaluate.qa import (
-    ANSWER_RULES,
     answer_em,
     em_rule,
     exact_match,
     f1_score,
     first_hit_ranks,
-    has_answer,
-    is_empty_answer,
     normalize_answer,
     prepare_question,
     regex_match,
-    simple_tokenize,
     topk_accuracy,
 )
 

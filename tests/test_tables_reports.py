@@ -19,7 +19,7 @@ def _cfg(tmp_path, **over):
 
 def _eval(cfg, dataset, system, measures):
     """An eval file where the plan says the system's search job writes it."""
-    from harness.tables.matrix import locate
+    from harness.measured import locate
 
     path = locate(cfg, system, dataset, "Success@1")[0][0]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ def test_claims_hold_false_and_not_run(tmp_path):
 
 def test_claims_compare_metrics_in_base_units_and_print_the_unit(tmp_path):
     cfg = _cfg(tmp_path)
-    from harness.tables.matrix import locate
+    from harness.measured import locate
 
     dpr_file, bm25_file = (locate(cfg, s, "smoke", "metric:t")[0][0] for s in ("svdr.lat-dpr", "svdr.lat-bm25"))
     dpr_file.parent.mkdir(parents=True)

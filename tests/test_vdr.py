@@ -314,8 +314,9 @@ def test_vdr_is_svdr_without_sp_loss_in_every_profile(repo):
 # ---------------------------------------------------------------- metrics in tables and claims
 def test_metrics_not_run_reason_and_device_in_rendered_table(tmp_path):
     from harness import claims
+    from harness.measured import locate
     from harness.tables import render
-    from harness.tables.matrix import load_matrix, locate
+    from harness.tables.matrix import load_matrix
 
     cfg = load_config([], overrides={"results_dir": str(tmp_path / "results")})
 

@@ -5,7 +5,7 @@ A prepared dataset folder (``results/<profile>/data/<key>/``) holds:
 ``qrels-test.txt`` (TREC qrels, for qrels datasets) and ``meta.json`` (ids, counts, sources).
 :func:`prepare` adds ``empty_answers`` to every dataset's meta: per split, the questions with a gold
 answer that has no token (empty or white space only), which DPR's string rule finds in every
-passage (harness.evaluate.qa).
+passage (harness.datasets.answers).
 
 Relevance (config key ``datasets.<key>.relevance``): ``answers`` (default) leaves the folder as the
 family writes it, and QA datasets are judged by answer strings; ``gold`` makes a QA dataset a
@@ -67,11 +67,11 @@ def prepare(key: str, dcfg: Mapping[str, Any], cfg: Mapping[str, Any], out: Path
 
 def count_empty_answers(folder: Path) -> dict[str, int]:
     """Per split present in ``folder`` (``queries-<split>.jsonl``), the number of questions with at
-    least one gold answer that has no token (empty, white space only: ``qa.is_empty_answer``).
+    least one gold answer that has no token (empty, white space only: ``answers.is_empty_answer``).
     DPR's string rule counts such an answer as found in any passage, so these questions are hits
     at every rank. Streams the written query files; splits without answers count 0."""
     from harness.datasets import store
-    from harness.evaluate.qa import is_empty_answer
+    from harness.datasets.answers import is_empty_answer
     from harness.io import iter_jsonl
 
     prefix, suffix = store.queries_file(""), ".jsonl"

@@ -55,7 +55,7 @@ def check_catalog(doc: Mapping[str, Any], source: str = "configs/datasets.yaml")
     """What the schema cannot say: provenance keys exist; no checksum is claimed without a source."""
     sources = set(doc["sources"])
     cards = doc["datasets"]
-    from harness.evaluate.qa import ANSWER_RULES
+    from harness.datasets.answers import ANSWER_RULES
     from harness.published import PAPERS
 
     for key, card in cards.items():

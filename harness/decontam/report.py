@@ -9,7 +9,7 @@ Config key ``decontam`` (workflow/schemas/config.schema.yaml)::
 
 `plan` resolves these to the prepared files ``<results>/<profile>/data/<key>/queries-<split>.jsonl``;
 :func:`decontam_job` is the plan's job (its inputs the datasets' folders), which rule ``decontam``
-(workflow/rules/decontam.smk) runs as ``python -m harness decontam --config ...`` (harness.decontam.cli), and rule ``decontam_report`` runs ``python -m harness decontam-report``, which
+(workflow/rules/decontam.smk) runs as ``python -m harness decontam --config ...`` (harness.stages.decontam), and rule ``decontam_report`` runs ``python -m harness decontam-report``, which
 writes LightRetriever's Table 6 (original size, deduplicated size, duplicates) and Table 7
 (sample pairs) for this profile's training sets, beside the published Table 6:
 ``<results_dir>/tables/lightretriever/6-measured.md|csv`` and ``7-measured.md|csv``.

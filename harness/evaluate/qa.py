@@ -1,26 +1,6 @@
-"""Answer-match rules for open-domain QA (top-k accuracy), reader exact match and F1, and
-DensePhrases' question preprocessing.
-
-The papers decide "the answer is in the passage" differently (notes/seed-code-facts.md);
-each rule is a named function in ANSWER_RULES, and every table says which rule produced it.
-
-* ``dpr-string`` (DPR's qa_validation.py): passage text only, NFD-normalised; text and answer
-  are tokenised by DPR's SimpleTokenizer (runs of letters/numbers/marks, or single other
-  non-space characters), lower-cased; the answer must appear as consecutive tokens.
-* ``dpr-regex`` (CuratedTREC): the NFD answer is a regex compiled case-insensitive, unicode,
-  multiline and searched in the NFD text; a regex that fails to compile is no match.
-* ``vsearch-string`` (SVDR/VDR code): like dpr-string after replacing ’ by ' and newlines by spaces.
-* ``bpr-string`` (BPR code): like dpr-string, lower-casing before NFD.
-
-Empty answers, as DPR's code has them: an answer with no tokens (empty, only white space, or only
-separator/control characters; :func:`is_empty_answer`) matches every text, the empty text
-included, under every string rule. DPR loops ``for i in range(0, len(text) - len(ans) + 1)``,
-so i = 0 is always tried and ``[] == text[0:0]`` holds. The VDR code (jzhoubu/vsearch,
-``src/ir/utils/qa_utils.py``) and the BPR code (studio-ousia/bpr, ``evaluate_retriever.py``)
-use the same loop, so vsearch-string and bpr-string count empty answers the same way. Datasets
-record how many questions have such an answer (``empty_answers`` in their meta.json).
-One deviation remains, in ``dpr-regex`` only: a blank pattern is skipped (never matches), where
-DPR's ``regex_match`` would match every text with an empty pattern.
+"""Reader exact match and F1, top-k accuracy over ranked lists, and DensePhrases' question
+preprocessing. Whether a passage holds an answer is the dataset's answer rule
+(:mod:`harness.datasets.answers`, ANSWER_RULES: DPR's, CuratedTREC's, SVDR's and BPR's).
 
 Reader side (DensePhrases' ``eval_utils.py``, from DrQA): :func:`exact_match` (SQuAD
 normalisation, max over answers), :func:`regex_match` for CuratedTREC (Python ``re``,
@@ -32,108 +12,18 @@ from __future__ import annotations
 
 import re as std_re
 import string
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import regex
-
-from harness.registry import Registry
-
-_TOKEN = regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
-
-
-def simple_tokenize(text: str) -> list[str]:
-    """DPR's SimpleTokenizer, lower-cased words."""
-    return [m.group().lower() for m in _TOKEN.finditer(text)]
-
-
-def _nfd(text: str) -> str:
-    return unicodedata.normalize("NFD", text)
-
-
-@lru_cache(maxsize=1 << 16)
-def _tokens(text: str) -> tuple[str, ...]:
-    # Cached: evaluation and negative mining test the same passages against many questions.
-    return tuple(simple_tokenize(text))
-
-
-def is_empty_answer(answer: str) -> bool:
-    """True if DPR's tokenizer finds no token in ``answer`` (empty, white space only, or only
-    separator/control characters): such an answer matches every text under the string rules."""
-    return _TOKEN.search(_nfd(answer)) is None
-
-
-def _contains_tokens(answers: Sequence[str], text: str, prep: Callable[[str], str]) -> bool:
-    tokens = _tokens(prep(text))
-    for answer in answers:
-        ans = _tokens(prep(answer))
-        if not ans:
-            return True  # DPR: range(0, len(tokens) + 1) always tries i = 0, and [] == tokens[0:0]
-        n = len(ans)
-        first = ans[0]
-        for i in range(len(tokens) - n + 1):
-            if tokens[i] == first and tokens[i:i + n] == ans:
-                return True
-    return False
-
-
-@lru_cache(maxsize=4096)
-def _compile(pattern: str) -> regex.Pattern | None:
-    try:
-        return regex.compile(pattern, flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
-    except Exception:  # DPR: a regex that fails to compile counts as no match
-        return None
-
-
-ANSWER_RULES: Registry[Callable[[Sequence[str], str], bool]] = Registry("answer-match rule")
-
-
-@ANSWER_RULES.register("dpr-string")
-def dpr_string(answers: Sequence[str], text: str) -> bool:
-    return _contains_tokens(answers, text, _nfd)
-
-
-@ANSWER_RULES.register("dpr-regex")
-def dpr_regex(answers: Sequence[str], text: str) -> bool:
-    text = _nfd(text)
-    for answer in answers:
-        if not answer.strip():
-            continue
-        pat = _compile(_nfd(answer))
-        if pat is not None and pat.search(text) is not None:
-            return True
-    return False
-
-
-@ANSWER_RULES.register("vsearch-string")
-def vsearch_string(answers: Sequence[str], text: str) -> bool:
-    def prep(s: str) -> str:
-        return _nfd(s.replace("\u2019", "'").replace("\n", " "))
-
-    return _contains_tokens(answers, text, prep)
-
-
-@ANSWER_RULES.register("bpr-string")
-def bpr_string(answers: Sequence[str], text: str) -> bool:
-    return _contains_tokens(answers, text, lambda s: _nfd(s.lower()))
-
-
-_MODES = {"string": "dpr-string", "regex": "dpr-regex"}
-
-
-def has_answer(answers: list[str], text: str, mode: str = "string") -> bool:
-    """True if some answer occurs in ``text`` by DPR's rule: ``mode`` "string" or "regex"
-    (CuratedTREC), or any rule name of ANSWER_RULES."""
-    return ANSWER_RULES.get(_MODES.get(mode, mode))(answers, text)
+from harness.datasets.answers import ANSWER_RULES, RULE_ALIASES, nfd
 
 
 def normalize_answer(s: str) -> str:
     """SQuAD normalisation (after NFD): lower-case, drop punctuation, drop a/an/the, squeeze spaces."""
-    s = _nfd(s).lower()
+    s = nfd(s).lower()
     s = "".join(ch for ch in s if ch not in _PUNCT)
     s = std_re.sub(r"\b(a|an|the)\b", " ", s)
     return " ".join(s.split())
@@ -195,7 +85,7 @@ def em_rule(rule: str) -> Callable[[str, list[str]], bool]:
     """The reader EM function for a dataset's answer rule (an ANSWER_RULES name, or has_answer's
     modes "string"/"regex"): ``dpr-regex`` -> :func:`regex_match`, every string rule ->
     :func:`exact_match`. An unknown rule is a ConfigError."""
-    name = _MODES.get(rule, rule)
+    name = RULE_ALIASES.get(rule, rule)
     ANSWER_RULES.get(name)  # unknown rule: ConfigError naming close matches
     return regex_match if name == "dpr-regex" else exact_match
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.datasets import Doc, Query, store
+from harness.datasets.answers import has_answer
 from harness.settings import fragment_defaults
 from harness.errors import ConfigError, DataError
 from harness.models.runtime import quiet_transformers, torch_for
@@ -219,13 +220,13 @@ def training_instances(ctx: Context, run_path: Path) -> tuple[list[tuple[Query, 
                 stats["skipped"] += 1
                 continue
             stats["positive_gold"] += 1
-        negs = [d for d in retrieved if d != pos and not qa.has_answer(q.answers, docs[d].text, rule)]
+        negs = [d for d in retrieved if d != pos and not has_answer(q.answers, docs[d].text, rule)]
         negs = negs[: s["negative_passages"]]
         tries = 0
         while len(negs) < s["negative_passages"] and tries < 50 * s["negative_passages"]:
             d = rng.choice(ids)
             tries += 1
-            if d != pos and d not in negs and not qa.has_answer(q.answers, docs[d].text, rule):
+            if d != pos and d not in negs and not has_answer(q.answers, docs[d].text, rule):
                 negs.append(d)
                 stats["padded_negatives"] += 1
         out.append((q, pos, negs))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import REPO, read_yaml, validate
+from harness.measured import locate
 from harness.published import load_published
 
 MATRIX_DIR = REPO / "configs" / "matrix"
@@ -50,48 +51,6 @@ class Cell:
     status: str = ""
     device: str | None = None         # where an efficiency figure was measured (metrics "device")
     projected: bool = False           # scaled from a measured fraction (metrics "kind": "projected")
-
-
-def split_system(system: str) -> tuple[str, str | None]:
-    """A system id is ``<method>`` or ``<method>.<variant>`` (e.g. ``svdr.beta-m20``, ``bpr.hash``)."""
-    method, _, variant = system.partition(".")
-    return method, variant or None
-
-
-def locate(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> tuple[list[Path], list[Path], str | None]:
-    """Where this profile measures ``measure`` of ``system`` on ``dataset``, from the plan: the files
-    that may hold it (an eval file, or the metrics files of every measure job that writes the system),
-    the rule outputs (folders) they live in, and None — or ([], [], why it is not measured)."""
-    from harness import plan as hplan
-
-    name, _ = split_system(system)
-    if dataset not in cfg["datasets"]:
-        return [], [], f"dataset {dataset!r} is not in profile {cfg['profile']}"
-    p = hplan.get(cfg)
-    if measure.startswith("metric:"):
-        jobs = p.metric_jobs(system, dataset)
-        if not jobs:
-            return [], [], _why(cfg, name, system, dataset, "no measure job writes figures of")
-        dirs = [hplan.output(cfg, j) for j in jobs]
-        return [d / f"{system}.json" for d in dirs], dirs, None
-    job = p.systems().get((system, dataset))
-    if job is None:
-        return [], [], _why(cfg, name, system, dataset, "no search job writes")
-    folder = hplan.path(cfg, hplan.Ref("eval", job.id, dataset))
-    return [folder / f"{system}.json"], [folder], None
-
-
-def _why(cfg: Mapping[str, Any], name: str, system: str, dataset: str, what: str) -> str:
-    from harness.methods.base import section
-
-    method = section(cfg, name)
-    if method is None:
-        return f"system {system!r} has no methods.{name} section in profile {cfg['profile']}"
-    if not method.get("enabled", True):
-        return f"methods.{name}.enabled is false in profile {cfg['profile']}"
-    if dataset not in method.get("datasets", []):
-        return f"{name} is not run on {dataset} in profile {cfg['profile']} (methods.{name}.datasets)"
-    return f"{what} system {system!r} on {dataset} in profile {cfg['profile']} (`python -m harness plan` lists the jobs)"
 
 
 def column_spec(column: str, tmatrix: Mapping[str, Any]) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def caption(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, 
         subs = [f"{label} → {key} (`{cfg['datasets'][key]['id']}`)" for label, key in cfg["substitutions"].items() if key in used]
         lines.append("Datasets measured: " + "; ".join(subs) + ".")
     if tmatrix.get("answer_rule"):
-        lines.append(f"Answer rule: `{tmatrix['answer_rule']}` (harness.evaluate.qa), passage text only.")
+        lines.append(f"Answer rule: `{tmatrix['answer_rule']}` (harness.datasets.answers), passage text only.")
     for dev in cfg["tables"].get("deviations", []):
         lines.append(f"Deviation: {dev}.")
     for note in tmatrix.get("notes", []):
@@ -206,7 +206,7 @@ def _evaluation(c: Cell, table_rule: str | None, read: Callable[[Path], dict[str
         return f"{m.removeprefix('metric:')}" + (f", timing protocol {proto}" if proto else "")
     split = f" on {doc['queries']} {doc.get('split', 'test')} queries" if "queries" in doc else ""
     if doc.get("answer_rule") and m.startswith("Success@"):
-        return f"{m}: answer rule {doc['answer_rule']} (harness.evaluate.qa){split}"
+        return f"{m}: answer rule {doc['answer_rule']} (harness.datasets.answers){split}"
     if doc.get("relevance") == "gold":
         return f"{m} (ir_measures): the gold passage of each question is its qrel{split}"
     if table_rule and not doc:

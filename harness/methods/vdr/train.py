@@ -16,7 +16,7 @@ import numpy as np
 from harness import train as loop
 from harness.datasets import Doc, Query, store
 from harness.errors import DataError
-from harness.evaluate.qa import ANSWER_RULES
+from harness.datasets.answers import ANSWER_RULES
 from harness.methods import dpr
 from harness.methods.base import Context
 from harness.methods.vdr.index import build_token_index, load_token_index
