@@ -10,6 +10,26 @@ min_version("9.0")
 configfile: "configs/default.yaml"
 
 
+# Stage jobs skip importing torch and transformers: a warm server per numerics mode forks them
+# (harness/warm.py; HARNESS_WARM=0 turns it off). Jobs that cannot reach one run cold.
+onstart:
+    from harness import warm
+
+    warm.start()
+
+
+onsuccess:
+    from harness import warm
+
+    warm.stop()
+
+
+onerror:
+    from harness import warm
+
+    warm.stop()
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/decontam.smk"

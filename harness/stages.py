@@ -14,6 +14,7 @@ seconds, bytes, and whatever the step returned.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ def run_stage(stage: str, argv: list[str]) -> int:
                           "config_values": p.values(job), "input_hashes": p.input_hashes(job),
                           "inputs": {r: str(v) for r, v in inputs.items()}, "numerics": numerics.describe(mode),
                           "settings_read": sorted(reads), "settings_unhashed": unhashed,
+                          "warm_start": bool(os.environ.get("HARNESS_WARM_CHILD")),  # harness.warm
                           **info})
     where = f" on {job.dataset}" if job.dataset else ""
     if unhashed:

@@ -234,7 +234,7 @@ def test_read_topics(tmp_path):
         read_topics(tmp_path / "bad.tsv")
 
 
-# ---- the other methods (their training takes a minute or more each) ------------------------------
+# ---- the other methods: the models, indexes and runs of the suite's own smoke DAG ----------------
 
 
 @pytest.mark.slow
@@ -245,17 +245,16 @@ def test_read_topics(tmp_path):
     ("svdr.token", "svdr", "smoke", "svdr", "svdr.beta"),
     ("qcr", None, "smoke-ir", "qcr", "qcr.rescore"),
 ])
-def test_load_retriever_other_methods(tree, index, model, dataset, search_job, system):
-    tree.data("smoke-ir")
-    needs = {"bpr": [("train", "bpr", None), ("index", "bpr", "smoke"), ("index", "bpr.hash", "smoke")],
-             "svdr": [("index", "svdr.token", "smoke"), ("train", "svdr", None), ("index", "svdr.emb", "smoke")],
-             "qcr": [("train", "qcr", None), ("index", "qcr", "smoke-ir"), ("index", "qcr.words", "smoke-ir"),
-                     ("index", "qcr.nopos", "smoke-ir")]}[search_job]
-    for stage, job, ds in [*needs, ("search", search_job, dataset)]:
-        tree.run(stage, job, ds)
-    r = load_retriever(tree.path("train", model) if model else None, tree.path("index", index, dataset))
+def test_load_retriever_other_methods(smoke_run, index, model, dataset, search_job, system):
+    """What the DAG trained and indexed (tests/conftest.py smoke_run: `snakemake reproduce_all` on smoke),
+    loaded by `load_retriever` from its folders alone, gives the DAG's run of the system."""
+    out, done = smoke_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = out / "smoke"
+    r = load_retriever(root / "models" / model if model else None, root / "indexes" / index / dataset)
     assert r.system == system
-    same_run(r.search(tree.queries(dataset), DEPTH), read_run(tree.path("search", search_job, dataset) / f"{system}.trec"))
+    queries = store.read_queries(root / "data" / dataset, "test")
+    same_run(r.search(queries, DEPTH), read_run(root / "runs" / dataset / search_job / f"{system}.trec"))
     if model is None and index != "bpr.hash":
-        enc = load_encoder(tree.path("train", search_job))
+        enc = load_encoder(root / "models" / search_job)
         assert isinstance(enc, Encoder) and enc.encode_queries(["a question"]).shape[0] == 1

@@ -165,7 +165,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan", ("harness.plan",)),
     ("tables", ("harness.measured", "harness.tables", "harness.claims", "harness.regress")),
     ("applications", ("harness.stages", "harness.workflow", "harness.report", "harness.api", "harness.bench")),
-    ("commands", ("harness.cli", "harness.__main__")),
+    ("commands", ("harness.cli", "harness.__main__", "harness.warm")),
 ]
 
 

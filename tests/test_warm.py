@@ -1,0 +1,88 @@
+"""Warm start (harness.warm): which commands a warm server takes, under which environment, and that
+a Snakemake run whose jobs were forked by warm servers writes the same models, index and runs as
+one whose jobs each started cold."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import warm
+
+
+def test_fingerprint_moves_with_load_time_variables_only():
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "2", "HOME": "/root"}
+    assert warm.fingerprint(base) == warm.fingerprint({**base, "PATH": "/usr/bin", "HARNESS_X": "1", "TMPDIR": "/t"})
+    for name in ("OMP_NUM_THREADS", "MKL_CBWR", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "CUDA_VISIBLE_DEVICES",
+                 "HF_HOME", "PYTHONHASHSEED"):
+        assert warm.fingerprint(base) != warm.fingerprint({**base, name: "other"}), name
+
+
+def test_only_stage_jobs_go_to_a_server_and_each_under_its_numerics_mode(tmp_path):
+    assert warm.mode_of(["train", "--job", "dpr", "--out", "x"]) == "portable"
+    assert warm.mode_of(["--log", "l.log", "index", "--job", "dpr", "--dataset", "smoke", "--out", "x"]) == "portable"
+    assert warm.mode_of(["--log=l.log", "search", "--job=dpr", "--dataset", "smoke", "--out", "x"]) == "portable"
+    assert warm.mode_of(["measure", "--job", "dpr.speed", "--out", "x"]) == "native"
+    native = tmp_path / "native.yaml"
+    native.write_text("numerics: native\n")
+    assert warm.mode_of(["train", "--config", str(native), "--job", "dpr", "--out", "x"]) == "native"
+    for argv in (["search", "--index", "i", "--topics", "t", "--output", "o"], ["evaluate", "--job", "dpr"],
+                 ["table", "--paper", "dpr"], ["data", "--dataset", "smoke"], [], ["--log", "l.log"]):
+        assert warm.mode_of(argv) is None, argv
+
+
+def test_a_server_runs_in_the_mode_s_environment():
+    env = {"PATH": "/bin"}
+    portable, native = warm.socket_path(Path("/d"), "portable", warm._mode_env("portable", env)), \
+        warm.socket_path(Path("/d"), "native", warm._mode_env("native", env))
+    assert portable.name.startswith("portable-") and native.name.startswith("native-")
+    assert portable.name[len("portable-"):] != native.name[len("native-"):]   # portable's variables are set
+
+
+def test_no_server_means_the_command_runs_cold(tmp_path, monkeypatch):
+    monkeypatch.delenv(warm.ENV_DIR, raising=False)
+    assert warm.run(["train", "--job", "dpr", "--out", str(tmp_path / "m")]) is None
+    monkeypatch.setenv(warm.ENV_DIR, str(tmp_path))          # a folder, but no server and no run to tie one to
+    monkeypatch.delenv(warm.ENV_PARENT, raising=False)
+    assert warm.run(["train", "--job", "dpr", "--out", str(tmp_path / "m")]) is None
+    assert not list(tmp_path.glob("*.sock")) and not list(tmp_path.glob("*.log"))
+    monkeypatch.setenv("HARNESS_WARM", "0")
+    assert warm.run(["train", "--job", "dpr", "--out", str(tmp_path / "m")]) is None
+
+
+def _files(folder: Path) -> dict[str, str]:
+    """sha256 of every file but meta.json (times, hosts, warm_start) and snakemake's stamps."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.name.endswith("meta.json") and not p.name.startswith(".snakemake")
+            and p.name != "loss.tsv"}
+
+
+def _dag(repo: Path, out: Path, warm_on: bool) -> dict[str, Path]:
+    overlay = out / "overlay.yaml"
+    out.mkdir(parents=True)
+    overlay.write_text(yaml.safe_dump({"methods": {"dpr": {"epochs": 1, "max_train_questions": 96}}}))
+    R = out / "smoke"
+    targets = {"model": R / "models" / "dpr", "index": R / "indexes" / "dpr" / "smoke", "run": R / "runs" / "smoke" / "dpr"}
+    env = {**os.environ, "HARNESS_WARM": "1" if warm_on else "0"}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "--cores", "2", *map(str, targets.values()),
+                        "--configfile", str(overlay), "--config", f"results_dir={out}"],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return targets
+
+
+@pytest.mark.slow
+def test_warm_jobs_write_what_cold_jobs_write(repo, tmp_path):
+    cold = _dag(repo, tmp_path / "cold", warm_on=False)
+    hot = _dag(repo, tmp_path / "warm", warm_on=True)
+    started = {k: json.loads((p / "meta.json").read_text())["warm_start"] for k, p in hot.items()}
+    assert started["index"] and started["run"], started     # the train job started the server (cold)
+    assert not any(json.loads((p / "meta.json").read_text())["warm_start"] for p in cold.values())
+    for key in cold:
+        assert _files(hot[key]) and _files(hot[key]) == _files(cold[key]), key
