@@ -211,7 +211,7 @@ def _child(conn: socket.socket, mode: str, server_fp: str) -> None:
         os.environ[CHILD] = mode  # meta.json's warm_start (harness.stages)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 (the process's own streams, open until it exits)
         sys.stdout = open(1, "w", buffering=1 if os.isatty(1) else -1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115 (as Python opens it)
         sys.argv = [str(Path(__file__).with_name("__main__.py")), *req["argv"]]
         conn.sendall(b"P" + struct.pack("!q", os.getpid()))
 
