@@ -121,11 +121,19 @@ def _run_logged(log: Path, argv: list[str]) -> int:
         return rc
 
 
+def split_log(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the ``--log FILE`` / ``--log=FILE`` that leads ``argv``, or None; the rest): FILE is "" when missing."""
+    if argv and argv[0] == "--log":
+        return (argv[1] if len(argv) > 1 else ""), argv[2:]
+    if argv and argv[0].startswith("--log="):
+        return argv[0].partition("=")[2], argv[1:]
+    return None, list(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and (argv[0] == "--log" or argv[0].startswith("--log=")):
-        log = argv[0].partition("=")[2] if argv[0] != "--log" else (argv[1] if len(argv) > 1 else "")
-        rest = argv[1:] if argv[0] != "--log" else argv[2:]
+    log, rest = split_log(argv)
+    if log is not None:
         if not log or log.startswith("-"):
             print("error: --log needs a file name: python -m harness --log FILE <command> ...", file=sys.stderr)
             return 2

@@ -70,11 +70,9 @@ def fingerprint(env: Mapping[str, str]) -> str:
 
 def _command(argv: list[str]) -> tuple[str | None, list[str]]:
     """(command, its arguments) of ``python -m harness [--log FILE] <command> ...``."""
-    rest = list(argv)
-    if rest and rest[0] == "--log":
-        rest = rest[2:]
-    elif rest and rest[0].startswith("--log="):
-        rest = rest[1:]
+    from harness.cli import split_log
+
+    rest = split_log(argv)[1]
     return (rest[0], rest[1:]) if rest else (None, [])
 
 
@@ -108,14 +106,14 @@ def _mode_env(mode: str, env: Mapping[str, str]) -> dict[str, str]:
 
 def _spawn(folder: Path, mode: str, path: Path) -> None:
     """Start the server of ``path`` with this process's environment, unless another job already is."""
+    parent = os.environ.get(ENV_PARENT, "")
+    if not parent.isdigit():
+        return
     try:
         fd = os.open(path.with_suffix(".starting"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except OSError:
         return
     os.close(fd)
-    parent = os.environ.get(ENV_PARENT, "")
-    if not parent.isdigit():
-        return
     with open(path.with_suffix(".log"), "w") as log:
         subprocess.Popen([sys.executable, "-m", "harness.warm", "--dir", str(folder), "--mode", mode,
                           "--parent", parent], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
