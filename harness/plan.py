@@ -147,7 +147,7 @@ class Plan:
             return self._systems
         out: dict[tuple[str, str], Job] = {}
         for j in self.concrete("search"):
-            if j.params.get("split", "test") != "test":
+            if j.params.get("split", "test") != "test" or "learning_twin_of" in j.params:
                 continue
             for s in j.systems:
                 if (s, j.dataset) in out:
@@ -331,9 +331,49 @@ def _cached(blob: str) -> Plan:
         jobs += [j if j.module else replace(j, module=METHODS.get(j.method) if j.method in METHODS else module)
                  for j in importlib.import_module(module).declare(cfg, name)]
     jobs += shared_jobs(cfg, jobs)
+    jobs += learning_twins(cfg, jobs)
     plan = Plan(cfg, jobs)
     plan.check()
     return plan
+
+
+#: the suffix of a learning check's control: model ``dpr@init`` is model ``dpr`` before training
+INIT = "@init"
+
+
+def checked_models(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
+    """The train jobs whose models get a learning check against their initial checkpoint (config
+    ``learning.check``: ``main``, each method's own model, the one named like the method; ``all``,
+    every model that trains through the loop; ``none``)."""
+    mode = (cfg.get("learning") or {}).get("check", "none")
+    trains = [j for j in jobs if j.stage == "train" and j.step == "train_step" and INIT not in j.id]
+    if mode == "all":
+        return trains
+    return [j for j in trains if j.id == j.method] if mode == "main" else []
+
+
+def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
+    """The learning check's controls (harness.learning): for each checked model ``M``, ``M@init``
+    (the same train step inside :func:`harness.train.init_checkpoint`: its weights before
+    training), a twin of each index built from ``M``, and a twin of ``M``'s own search job (the
+    search job named ``M``) reading the twins: the same code, settings and queries, the untrained
+    weights. A twin search job writes its systems under its own id; it is no system's producer."""
+    jobs = list(jobs)
+    searched = {j.id for j in jobs if j.stage == "search"}
+    models = {j.id: j for j in checked_models(cfg, jobs) if j.id in searched}  # the reader: no search job
+    out = [replace(j, id=j.id + INIT, params={**j.params, "init": True}) for j in models.values()]
+    indexes = {j.id for j in jobs if j.stage == "index" and any(r.kind == "model" and r.id in models for r in j.inputs.values())}
+
+    def swap(inputs: Mapping[str, Ref]) -> dict[str, Ref]:
+        return {role: replace(r, id=r.id + INIT) if (r.kind == "model" and r.id in models)
+                or (r.kind == "index" and r.id in indexes) else r for role, r in inputs.items()}
+
+    for j in jobs:
+        if j.stage == "index" and j.id in indexes:
+            out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs)))
+        elif j.stage == "search" and j.id in models and j.params.get("split", "test") == "test":
+            out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": j.id}))
+    return out
 
 
 def shared_jobs(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:

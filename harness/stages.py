@@ -59,7 +59,12 @@ def run_stage(stage: str, argv: list[str]) -> int:
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
         t_step = time.perf_counter()
-        info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})
+        with _init_only(job):  # a learning check's control: the model before training (harness.learning)
+            info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})
+        if stage == "train":
+            from harness.train import loss_check
+
+            info["learning"] = {"init_checkpoint": bool(job.params.get("init")), "loss": loss_check(tmp)}
         info["step_seconds"] = round(time.perf_counter() - t_step, 4)  # the method's own work, imports included
         unhashed = p.unhashed_reads(job, reads)  # a harness bug if any: the artifact goes stale when one changes
         write_meta(tmp, Stage(stage).artifact, spec=info.pop("spec", job.id), config_hash=p.hash(job),
@@ -78,6 +83,18 @@ def run_stage(stage: str, argv: list[str]) -> int:
     print(f"{stage} {job.id}{where}: done in {time.perf_counter() - t0:.1f}s"
           + (f" ({', '.join(job.systems)})" if job.systems else ""))
     return 0
+
+
+def _init_only(job: Any):
+    """:func:`harness.train.init_checkpoint` for a train job with param ``init`` (the plan's
+    learning twins), else nothing."""
+    from contextlib import nullcontext
+
+    if job.stage == "train" and job.params.get("init"):
+        from harness.train import init_checkpoint
+
+        return init_checkpoint()
+    return nullcontext()
 
 
 def train(argv: list[str]) -> int:

@@ -38,7 +38,8 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,6 +53,20 @@ LOSS_LOG = "loss.tsv"
 CHECKPOINTS = "checkpoints"
 PRECISIONS = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
 DEVICES = ("cpu", "cuda", "auto")
+_INIT_ONLY = [False]
+
+
+@contextmanager
+def init_checkpoint() -> Iterator[None]:
+    """Inside, every :func:`train_loop` runs one optimizer step at learning rate 0 and saves: the
+    model exactly as it was before training (AdamW with lr 0 moves no weight), written by the
+    method's own code with every field its meta.json has. The learning check's control
+    (:mod:`harness.learning`: the same architecture before training, searched like the trained one)."""
+    _INIT_ONLY[0] = True
+    try:
+        yield
+    finally:
+        _INIT_ONLY[0] = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +190,33 @@ class _LossLog:
             self.fh.close()
 
 
+def loss_check(folder: Path, share: float = 0.1) -> dict[str, Any] | None:
+    """Did the training loss fall? The mean loss of the first and of the last ``share`` of the
+    optimizer steps in ``folder/loss.tsv`` (at least one step each), their difference, and
+    ``fell``: last < first. With at least 3 steps in each window, also the one-sided Mann-Whitney
+    p-value that the last window's losses are lower (scipy; steps are not independent draws, so it
+    is a guide, not a test of a hypothesis). None where the folder has no loss log (a model that
+    is not trained through :func:`train_loop`). A later call of the loop in the same folder (a
+    method trained in phases) rewrites the log: the check reads the last phase."""
+    path = Path(folder) / LOSS_LOG
+    if not path.exists():
+        return None
+    rows = path.read_text(encoding="utf-8").splitlines()[1:]
+    losses = [float(r.split("\t")[1]) for r in rows if r.strip()]
+    if not losses:
+        return None
+    w = max(1, math.ceil(share * len(losses)))
+    first, last = losses[:w], losses[-w:]
+    out: dict[str, Any] = {"steps": len(losses), "window": w, "first": sum(first) / w, "last": sum(last) / w}
+    out["drop"] = out["first"] - out["last"]
+    out["fell"] = bool(out["last"] < out["first"])
+    if w >= 3:
+        from scipy.stats import mannwhitneyu
+
+        out["p_mannwhitney"] = float(mannwhitneyu(last, first, alternative="less").pvalue)
+    return out
+
+
 def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], *, settings: TrainSettings,
                seed: int, out: Path | None, save: Callable[[Path], None] | None = None,
                modules: Sequence[Any] = (), rng: random.Random | None = None) -> dict[str, Any]:
@@ -200,8 +242,9 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
         m.to(device)
         m.train()
     params = list(params)
-    total = total_steps(n, bs, ts.epochs, accum)
-    opt = torch.optim.AdamW(params, lr=ts.lr, weight_decay=ts.weight_decay, **numerics.optimizer_options())
+    total = 1 if _INIT_ONLY[0] else total_steps(n, bs, ts.epochs, accum)
+    lr = 0.0 if _INIT_ONLY[0] else ts.lr  # init_checkpoint(): the weights stay as they were
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=ts.weight_decay, **numerics.optimizer_options())
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, ts.warmup_ratio))
     opt, sched = acc.prepare_optimizer(opt), acc.prepare_scheduler(sched)
     rng = rng if rng is not None else random.Random(seed)

@@ -163,7 +163,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("methods", ("harness.methods", "harness.negatives")),
     ("config", ("harness.config",)),
     ("plan", ("harness.plan",)),
-    ("tables", ("harness.measured", "harness.tables", "harness.claims", "harness.regress")),
+    ("tables", ("harness.measured", "harness.tables", "harness.claims", "harness.regress", "harness.learning")),
     ("applications", ("harness.stages", "harness.workflow", "harness.report", "harness.api", "harness.bench")),
     ("commands", ("harness.cli", "harness.__main__", "harness.warm")),
 ]

@@ -75,9 +75,12 @@ def test_table_inputs_follow_the_profile(tmp_path):
     from harness.tables.matrix import required_inputs
 
     cfg = _cfg(tmp_path)
-    # the eval folders of the search jobs that write Table 1's systems (one per job, not per system)
+    # the eval folders of the search jobs that write Table 1's systems (one per job, not per system),
+    # and those of the learning check's twins of the models behind them (harness.learning)
     names = {p.split("/")[-1] for p in required_inputs(cfg, "svdr", "1")}
-    assert names == {"bm25", "dpr", "svdr", "vdr"}
+    assert names == {"bm25", "dpr", "svdr", "vdr", "dpr@init", "svdr@init", "vdr@init"}
+    cfg["learning"]["check"] = "none"
+    assert {p.split("/")[-1] for p in required_inputs(cfg, "svdr", "1")} == {"bm25", "dpr", "svdr", "vdr"}
     cfg["methods"]["dpr"]["enabled"] = False
     cfg["methods"]["svdr"]["enabled"] = False
     cfg["methods"]["vdr"]["enabled"] = False

@@ -17,6 +17,7 @@ BENCHMARKS.add("lr-query-speed", "harness.bench.lr_query_speed")
 BENCHMARKS.add("phrase-search", "harness.bench.phrase_search")
 BENCHMARKS.add("numerics", "harness.bench.numerics")
 BENCHMARKS.add("flat-search", "harness.bench.flat_search")
+BENCHMARKS.add("backbones", "harness.bench.backbones")
 
 
 def run(name: str, argv: list[str]) -> int:

@@ -38,8 +38,9 @@ from harness.tables.render import SHOW_UNIT, format_measured
 
 #: status -> CSS class; every status is also printed as its word (the page reads without colour)
 STATUS_CLASS = {"OK": "ok", "OKish": "okish", "FAIL": "fail", "stand-in": "standin", "projected": "projected",
-                "no published value": "nopub", "not run": "notrun", "published only": "pubonly", "text": "text"}
-COUNTED = ("OK", "OKish", "FAIL", "stand-in", "projected", "no published value", "not run")
+                "no published value": "nopub", "not run": "notrun", "published only": "pubonly", "text": "text",
+                "did not learn": "nolearn"}
+COUNTED = ("OK", "OKish", "FAIL", "stand-in", "projected", "no published value", "did not learn", "not run")
 PROFILE_ORDER = ("smoke", "ci", "small", "scale", "paper")
 IMAGE_SUFFIXES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
 
@@ -58,6 +59,7 @@ td.cell div{white-space:nowrap}.m .measured{font-weight:600}.prof{color:#666;fon
 .notrun .status,.status.notrun{background:#e4e4e4;color:#555}.pubonly .status,.status.pubonly{background:#f4f4f4}
 td.ok{background:#f1fbf1}td.okish{background:#fdf8e6}td.fail{background:#fdf0f0}td.standin{background:#f3f7fc}
 td.projected{background:#f8f4fc}td.notrun{background:#fafafa}
+.nolearn .status,.status.nolearn{background:#3a3a3a;color:#fff}td.nolearn{background:#ececec}
 .caption{background:#fafafa;border-left:3px solid #bbb;padding:.3em .8em;font-size:.9em}
 .small{font-size:.8em;color:#555}details{margin:.5em 0}img.fig{max-width:100%;border:1px solid #ddd}
 pre{background:#f6f6f6;padding:.6em;overflow:auto;font-size:.8em}
@@ -249,7 +251,9 @@ class Site:
                   "Each table page names, per cell, the commit, config hash and hardware of the job that measured it.</p>",
                 "<p class='small'>Status: " + " ".join(status_span(s) for s in COUNTED) + " — OK / OKish / FAIL: within / "
                 "near / outside the tolerance of the published value on the paper's own dataset; stand-in: measured on a "
-                "substitute dataset; projected: scaled from a measured fraction; not run: the reason is on the table page.</p>"]
+                "substitute dataset; projected: scaled from a measured fraction; did not learn: a model behind the cell failed "
+                "its learning check (its loss did not fall, or it did not beat its own initial checkpoint by a significant "
+                "paired margin: harness/learning.py), so the value is no result; not run: the reason is on the table page.</p>"]
         for paper, doc in self.papers:
             body.append(f"<h2 id='{esc(paper)}'>{esc(paper.upper())}: {esc(doc['title'])}</h2>")
             body.append("<table><tr><th>table</th><th>title</th>" + "".join(
@@ -306,7 +310,7 @@ class Site:
         reasons: dict[str, int] = {}
         for p, r in recs.items():
             for c in r["cells"]:
-                if c["kind"] == "not run" and c.get("reason"):
+                if (c["kind"] == "not run" or c["status"] == "did not learn") and c.get("reason"):
                     reasons.setdefault(f"{c['reason']}", len(reasons) + 1)
         prov_ids: dict[tuple[str, str, str], str] = {}
         body = [f"<h1>{esc(paper.upper())} Table {esc(t['id'])}: {esc(t['title'])}</h1>",
@@ -333,7 +337,7 @@ class Site:
                     "its difference from the published value and its status, then the published value. Hover a cell, "
                     "or follow its (i), for where the number comes from.</p>")
         if reasons:
-            body.append("<h2>Not run</h2><ol class='reasons'>" + "".join(
+            body.append("<h2>Not run, did not learn</h2><ol class='reasons'>" + "".join(
                 f"<li id='r{n}'>{esc(r)}</li>" for r, n in reasons.items()) + "</ol>")
         body += self.job_figures(root, paper, t["id"], recs)
         figs = [(fid, d) for (fp, fid), d in self.figures.items() if fp == paper and d.spec["table"] == t["id"]]
@@ -394,8 +398,10 @@ class Site:
                 diff = ("" if c.get("published") is None or c.get("projected")
                         else f" <span class='diff'>({c['measured'] - c['published']:+.1f})</span>")
                 dev = f" <span class='small'>{esc(c['device'])}</span>" if c.get("device") else ""
+                n = reasons.get(c.get("reason", ""), 0) if c["status"] == "did not learn" else 0
+                why = f" <a href='#r{n}'>[{n}]</a>" if n else ""
                 lines.append(f"<div class='m' data-profile='{esc(p)}'><span class='prof'>{esc(p)}</span> "
-                             f"<span class='measured'>{value}</span>{dev}{diff} {status_span(c['status'])} "
+                             f"<span class='measured'>{value}</span>{dev}{diff} {status_span(c['status'])}{why} "
                              f"<a class='prov' href='#{pid}' title='provenance'>i</a></div>")
                 titles.append(provenance_text(c, p))
             else:

@@ -125,5 +125,9 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
 
 def required_inputs(cfg: Mapping[str, Any], paper: str, table: str) -> list[str]:
     """Files a table needs in this profile (the Snakefile's input function)."""
+    from harness.learning import required
+
     _, cells = resolve_table(cfg, paper, table)
-    return sorted({str(o) for c in cells if c.kind == "measured" for o in c.outputs})
+    outs = {str(o) for c in cells if c.kind == "measured" for o in c.outputs}
+    outs |= {str(o) for c in cells if c.kind == "measured" for o in required(cfg, str(c.system), str(c.dataset))}  # the learning check's evaluations
+    return sorted(outs)

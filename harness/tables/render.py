@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from harness import learning
 from harness.config import add_config_argument, load_config
 from harness.io import atomic_write_text, read_json
 from harness.measured import find
@@ -74,6 +75,9 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
         else:
             diff = abs(c.measured - c.published)
             c.status = "OK" if diff <= tol["ok"] else "OKish" if diff <= tol["okish"] else "FAIL"
+        failed = learning.cell_status(cfg, str(c.system), str(c.dataset))
+        if failed is not None:  # never a verdict against the paper for a model that did not learn
+            c.status, c.reason = failed
     return tinfo, cells
 
 
@@ -121,6 +125,10 @@ def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[s
     for c in cells:
         if c.kind == "not run":
             reasons.setdefault(c.reason, len(reasons) + 1)
+    unlearned: dict[str, int] = {}
+    for c in cells:
+        if c.status == learning.STATUS:
+            unlearned.setdefault(c.reason, len(reasons) + len(unlearned) + 1)
     out = caption(cfg, paper, table, tinfo, cells) + [""]
     out.append("| " + " | ".join(["system"] + list(tinfo["columns"])) + " |")
     out.append("|" + "---|" * (len(tinfo["columns"]) + 1))
@@ -142,16 +150,24 @@ def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[s
                 if c.projected:  # scaled from a measured fraction: never shown as a measurement
                     vals.append(f"*{format_measured(c.measured, c.unit)} projected*{dev} / {_pub(c)} projected")
                     continue
+                if c.status == learning.STATUS:  # no result: shown plainly, with why
+                    vals.append(f"{format_measured(c.measured, c.unit)}{dev} / {_pub(c)} {c.status} ⁽{unlearned[c.reason]}⁾")
+                    continue
                 vals.append(f"**{format_measured(c.measured, c.unit)}**{dev} / {_pub(c)}{diff} {c.status}")
         out.append("| " + " | ".join([row] + vals) + " |")
     out.append("")
     out.append("Status: OK / OKish / FAIL = within / near / outside the tolerance of the published value on the "
                "paper's own dataset; stand-in = measured on a substitute dataset (difference not comparable); "
-               "projected = scaled from a measured fraction (e.g. timed batches times the test set), not measured whole.")
+               "projected = scaled from a measured fraction (e.g. timed batches times the test set), not measured whole; "
+               "did not learn = a model behind the cell failed its learning check (harness/learning.py): no result.")
     if reasons:
         out.append("")
         out.append("Not run:")
         out += [f"{n}. {r}" for r, n in reasons.items()]
+    if unlearned:
+        out.append("")
+        out.append("Did not learn (the value is no result):")
+        out += [f"{n}. {r}" for r, n in unlearned.items()]
     return "\n".join(out) + "\n"
 
 
@@ -165,7 +181,8 @@ def to_csv(paper: str, table: str, cells: list[Cell]) -> str:
             "unit": c.unit, "published": "" if c.published is None else format_value(c.published),
             "measured": _num(c.measured, 4), "difference": "" if c.measured is None or c.published is None
             else f"{c.measured - c.published:.4f}", "status": c.status or c.kind, "system": c.system or "",
-            "dataset": c.dataset or "", "reason": c.reason if c.kind != "measured" else "", "note": c.note or "",
+            "dataset": c.dataset or "", "reason": c.reason if c.kind != "measured" or c.status == learning.STATUS else "",
+            "note": c.note or "",
         })
     return buf.getvalue()
 
@@ -232,7 +249,7 @@ def to_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str
             "measured": c.measured, "status": c.status or c.kind, "kind": c.kind,
             "system": c.system or "", "dataset": c.dataset or "",
             "dataset_id": cfg["datasets"][c.dataset]["id"] if c.dataset in cfg["datasets"] else "",
-            "reason": c.reason if c.kind != "measured" else "", "note": c.note or "",
+            "reason": c.reason if c.kind != "measured" or c.status == learning.STATUS else "", "note": c.note or "",
             "device": c.device or "", "projected": c.projected,
         }
         if c.kind == "measured":

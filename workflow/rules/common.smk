@@ -86,5 +86,6 @@ def table_inputs(wildcards):
 
 
 def report_hash(wildcards):
-    """Tables, claims and the index page re-render when the profile's captions or stand-ins change."""
-    return hconfig.section_hash(config, "profile", "substitutions", "tables")
+    """Tables, claims and the index page re-render when the profile's captions, stand-ins or learning
+    check settings change."""
+    return hconfig.section_hash(config, "profile", "substitutions", "tables", "learning")

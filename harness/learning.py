@@ -1,0 +1,195 @@
+"""The learning check: did a trained model learn? (issue "Stand-ins that learn", item 4)
+
+Two parts, both recorded, both required:
+
+- its training loss fell: the mean of the last 10 % of optimizer steps below that of the first 10 %
+  (:func:`harness.train.loss_check`, in every model's meta.json under ``learning.loss``);
+- it beats the same architecture before training: model ``M@init`` (the plan's learning twins,
+  :func:`harness.plan.learning_twins`: ``M``'s own train step at learning rate 0) is indexed and
+  searched by twins of ``M``'s own jobs on the same queries, and ``M``'s first system must score
+  higher per query on the first of config ``learning.measures`` the evaluation has, by a paired
+  sign-flip permutation test (one-sided, ``learning.alpha``; harness.stats) with the 95 % paired
+  bootstrap interval of the mean difference beside it.
+
+A model that fails either part "did not learn": every table cell fed by it (its systems, and any
+system whose search reads it, however indirectly) carries that status instead of a verdict against
+the paper, with the figures in its reason. ``python -m harness learning --config ...`` prints the
+check of every model.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from harness.plan import INIT, Ref
+
+STATUS = "did not learn"
+
+
+def _plan(cfg: Mapping[str, Any]):
+    from harness import plan as hplan
+
+    return hplan.get(cfg)
+
+
+def twin_searches(cfg: Mapping[str, Any], model: str) -> list[Any]:
+    """The learning twins' search jobs of ``model`` (one per dataset it is searched on)."""
+    p = _plan(cfg)
+    return [j for j in p.concrete("search") if j.params.get("learning_twin_of") == model]
+
+
+def _measure(cfg: Mapping[str, Any], measures: Mapping[str, float]) -> str | None:
+    return next((m for m in (cfg.get("learning") or {}).get("measures", ["nDCG@10"]) if m in measures), None)
+
+
+def _eval_file(cfg: Mapping[str, Any], job_id: str, dataset: str, system: str) -> Path:
+    from harness import plan as hplan
+
+    return hplan.path(cfg, Ref("eval", job_id, dataset)) / f"{system}.json"
+
+
+def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str) -> dict[str, Any]:
+    """Trained ``system`` against its twin on ``dataset``: the measure, both means, the mean
+    difference with its 95 % paired bootstrap interval, the one-sided p-value, the number of
+    queries, and ``beats_init``; or ``{"missing": path}`` where an evaluation is not there yet."""
+    import numpy as np
+
+    from harness import stats
+    from harness.evaluate.run import PER_QUERY_SUFFIX, read_per_query
+    from harness.io import read_json
+
+    files = [_eval_file(cfg, model, dataset, system), _eval_file(cfg, model + INIT, dataset, system)]
+    for f in files:
+        if not f.exists():
+            return {"dataset": dataset, "system": system, "missing": str(f)}
+    measure = _measure(cfg, read_json(files[0]).get("measures", {}))
+    if measure is None:
+        return {"dataset": dataset, "system": system, "missing": f"{files[0]} has none of learning.measures"}
+    pq = [read_per_query(f.with_name(f.stem + PER_QUERY_SUFFIX)) for f in files]
+    qids = sorted(set(pq[0]) & set(pq[1]))
+    a = np.array([pq[0][q].get(measure, 0.0) for q in qids])
+    b = np.array([pq[1][q].get(measure, 0.0) for q in qids])
+    alpha = float((cfg.get("learning") or {}).get("alpha", 0.05))
+    diff = float(np.mean(a - b)) if qids else 0.0
+    p2 = stats.paired_test(a, b) if len(qids) >= 2 else 1.0
+    p1 = p2 / 2 if diff > 0 else 1.0 - p2 / 2  # one-sided: trained better than initial
+    lo, hi = stats.bootstrap_ci(a - b) if len(qids) >= 2 else (diff, diff)
+    return {"dataset": dataset, "system": system, "measure": measure, "queries": len(qids),
+            "trained": float(np.mean(a)) if qids else None, "init": float(np.mean(b)) if qids else None,
+            "diff": diff, "ci95": [lo, hi], "p_one_sided": p1, "alpha": alpha, "beats_init": bool(p1 < alpha and diff > 0)}
+
+
+def verdict(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The learning check of ``model``: ``loss`` (its meta.json's ``learning.loss``), ``init`` (one
+    comparison per dataset its twin was searched on; empty where the model is not checked against
+    its initial checkpoint), and ``learned``: False where a part failed, True where both passed,
+    None otherwise (a part missing, or a model the profile does not compare with its initial
+    checkpoint and whose loss fell)."""
+    from harness import plan as hplan
+    from harness.io import read_json
+
+    from harness.train import loss_check
+
+    folder = hplan.path(cfg, Ref("model", model))
+    meta = folder / "meta.json"
+    loss = (read_json(meta).get("learning") or {}).get("loss") if meta.exists() else None
+    loss = loss or loss_check(folder)  # a model written before the check was recorded in meta.json
+    comps = [compare(cfg, model, str(j.dataset), j.systems[0]) for j in twin_searches(cfg, model) if j.systems]
+    parts = ([loss["fell"]] if loss else []) + [c["beats_init"] for c in comps if "missing" not in c]
+    complete = loss is not None and bool(comps) and not any("missing" in c for c in comps)
+    learned = False if not all(parts) else (True if complete else None)
+    return {"model": model, "loss": loss, "init": comps, "learned": learned}
+
+
+@lru_cache(maxsize=256)
+def _verdict_cached(blob: str, model: str) -> dict[str, Any]:
+    import json
+
+    return verdict(json.loads(blob), model)
+
+
+def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[str]:
+    """Every model whose weights a system's run depends on: the models its search job reads,
+    directly, through an index, or through another system's run (a fusion, a re-ranking)."""
+    p = _plan(cfg)
+    job = p.systems().get((system, dataset))
+    if job is None:
+        return []
+    seen, todo, models = set(), [job], set()
+    while todo:
+        j = todo.pop()
+        for ref in j.inputs.values():
+            ref = p.run_of(ref)
+            if ref.kind == "model":
+                models.add(str(ref.id))
+            prod = p.producer(ref)
+            if prod is not None and prod not in seen and ref.kind in ("model", "index", "run"):
+                seen.add(prod)
+                todo.append(p.job(*prod))
+    return sorted(models)
+
+
+def cell_status(cfg: Mapping[str, Any], system: str, dataset: str) -> tuple[str, str] | None:
+    """``("did not learn", why)`` where a model feeding ``system`` on ``dataset`` failed its check."""
+    import json
+
+    from harness.recording import plain
+
+    blob = json.dumps(plain(cfg), sort_keys=True, default=str)
+    for model in models_feeding(cfg, system, dataset):
+        v = _verdict_cached(blob, model)
+        if v["learned"] is False:
+            return STATUS, f"model {model} did not learn: {describe(v)}"
+    return None
+
+
+def required(cfg: Mapping[str, Any], system: str, dataset: str) -> list[Path]:
+    """The evaluation folders a cell's learning status reads (its models' twins' and their own)."""
+    from harness import plan as hplan
+
+    out = []
+    for model in models_feeding(cfg, system, dataset):
+        for j in twin_searches(cfg, model):
+            out += [hplan.path(cfg, Ref("eval", j.id, j.dataset)), hplan.path(cfg, Ref("eval", model, j.dataset))]
+    return out
+
+
+def describe(v: Mapping[str, Any]) -> str:
+    """One line: the loss and each comparison with the initial checkpoint."""
+    bits = []
+    loss = v.get("loss")
+    if loss:
+        bits.append(f"loss {loss['first']:.3g} -> {loss['last']:.3g} over {loss['steps']} steps"
+                    + ("" if loss["fell"] else " (did not fall)"))
+    for c in v.get("init", []):
+        if "missing" in c:
+            bits.append(f"no comparison yet ({c['missing']})")
+            continue
+        bits.append(f"{c['system']} {c['measure']} on {c['dataset']} {c['trained']:.3f} vs initial {c['init']:.3f}, "
+                    f"diff {c['diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], p {c['p_one_sided']:.3g}, "
+                    f"{c['queries']} queries" + ("" if c["beats_init"] else " (not significantly better)"))
+    return "; ".join(bits) or "no loss log and no comparison"
+
+
+def verdicts(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The check of every trained model of the profile (twins aside)."""
+    p = _plan(cfg)
+    return [verdict(cfg, j.id) for j in p.concrete("train") if INIT not in j.id]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m harness learning --config ...``: one line per model."""
+    from harness.config import add_config_argument, load_config
+
+    ap = argparse.ArgumentParser(prog="python -m harness learning", description=__doc__.split("\n")[0])
+    add_config_argument(ap)
+    a = ap.parse_args(argv)
+    cfg = load_config(a.config)
+    for v in verdicts(cfg):
+        mark = {True: "learned", False: STATUS}.get(v["learned"]) or (
+            "not checked against its initial checkpoint (learning.check)" if not v["init"] else "not checked yet")
+        print(f"{v['model']}: {mark}: {describe(v)}")
+    return 0

@@ -1,0 +1,158 @@
+"""The learning check (harness.learning, harness.plan.learning_twins, harness.train): the twins the
+plan adds, the initial checkpoint the twin trains (exactly the weights before training), the loss
+check, and the verdict on hand-made evaluation files, down to the table status it sets."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness import learning
+from harness import plan as hp
+from harness.config import load_config
+from harness.evaluate.run import PER_QUERY_SUFFIX, write_per_query
+from harness.io import write_json
+from harness.train import LOSS_LOG, loss_check
+
+
+def _plan(cfg):
+    return hp._cached.__wrapped__(json.dumps(cfg, sort_keys=True, default=str))
+
+
+def test_twins_of_each_methods_own_model():
+    p = _plan(load_config())
+    twins = {(j.stage, j.id, j.dataset) for j in p.jobs.values() if hp.INIT in j.id}
+    assert ("train", "dpr@init", None) in twins and ("search", "dpr@init", "smoke") in twins
+    assert ("train", "reader@init", None) not in twins  # no search job of its own to compare
+    assert not any(t[1].startswith(("svdr.abl", "bpr.a", "lightretriever.nokl")) for t in twins)  # main only
+    s = p.job("search", "dpr@init", "smoke")
+    assert s.params["learning_twin_of"] == "dpr" and s.systems == p.job("search", "dpr", "smoke").systems
+    assert s.inputs["model"] == hp.Ref("model", "dpr@init") and s.inputs["index"].id == "dpr@init"
+    assert s.inputs["bm25_run"] == p.job("search", "dpr", "smoke").inputs["bm25_run"]  # what is not trained stays
+    assert p.job("train", "dpr@init").params == {"init": True}
+    assert p.systems()[("dpr", "smoke")].id == "dpr"  # a twin produces no system
+    svdr = p.job("search", "svdr@init", "smoke")
+    assert {r.id for r in svdr.inputs.values() if r.kind == "index"} >= {"svdr.emb@init"}
+
+
+def test_twins_leave_every_other_job_as_it_was():
+    on, off = _plan(load_config()), _plan(load_config(overrides={"learning": {"check": "none"}}))
+    assert not any(hp.INIT in j.id for j in off.jobs.values())
+    assert {k for k in on.jobs if hp.INIT not in k[1]} == set(off.jobs)
+    for key, job in off.jobs.items():
+        if job.dataset is not None or job.stage == "train":
+            assert on.hash(on.jobs[key]) == off.hash(job), key
+
+
+def test_all_checks_the_variants_too():
+    p = _plan(load_config(overrides={"learning": {"check": "all"}}))
+    assert ("train", "svdr.abl-m1@init", None) in p.jobs and ("search", "svdr.abl-m1@init", "smoke") in p.jobs
+    assert ("train", "qcr.kmeans@init", None) not in p.jobs  # not trained through the loop
+
+
+def _toy(seed: int = 0):
+    import torch
+
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 1)
+    x = torch.randn(64, 4)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    return model, [(x[i], y[i]) for i in range(64)]
+
+
+def _fit(out: Path | None):
+    import torch
+
+    from harness.train import TrainSettings, train_loop
+
+    model, data = _toy()
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def step(batch, step, rng):
+        xb, yb = torch.stack([b[0] for b in batch]), torch.stack([b[1] for b in batch])
+        return torch.nn.functional.mse_loss(model(xb), yb), {}
+
+    ts = TrainSettings(batch_size=8, epochs=10, lr=0.2, warmup_ratio=0.0, log_every=1000)
+    info = train_loop(data, step, list(model.parameters()), settings=ts, seed=0, out=out, modules=[model])
+    return info, before, [p.detach() for p in model.parameters()]
+
+
+def test_init_checkpoint_keeps_the_weights_exactly(tmp_path):
+    import torch
+
+    from harness.train import init_checkpoint
+
+    with init_checkpoint():
+        info, before, after = _fit(tmp_path / "init")
+    assert info["steps"] == 1 and all(torch.equal(a, b) for a, b in zip(before, after))
+    info, before, after = _fit(tmp_path / "trained")  # outside the block: trains as configured
+    assert info["steps"] == 80 and not all(torch.equal(a, b) for a, b in zip(before, after))
+    check = loss_check(tmp_path / "trained")
+    assert check["steps"] == 80 and check["window"] == 8 and check["fell"] and check["p_mannwhitney"] < 0.05
+    assert check["last"] < 0.2 * check["first"]
+
+
+def _loss_log(folder: Path, losses: list[float]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LOSS_LOG).write_text("step\tloss\tlr\tseconds\n" + "".join(
+        f"{i + 1}\t{v!r}\t0.1\t{i}.000\n" for i, v in enumerate(losses)))
+    return folder
+
+
+def test_loss_check_reads_the_first_and_last_tenth(tmp_path):
+    flat = loss_check(_loss_log(tmp_path / "a", [2.0, 1.0] + [1.5] * 16 + [1.9, 2.1]))
+    assert flat["window"] == 2 and math.isclose(flat["first"], 1.5) and math.isclose(flat["last"], 2.0)
+    assert not flat["fell"] and "p_mannwhitney" not in flat  # two steps a window: no p-value
+    short = loss_check(_loss_log(tmp_path / "b", [3.0, 2.0, 1.0]))
+    assert short["window"] == 1 and short["first"] == 3.0 and short["last"] == 1.0 and short["fell"]
+    assert loss_check(tmp_path / "none") is None
+
+
+def _eval(cfg, job_id: str, system: str, per_query: dict[str, float], measure: str = "Success@5") -> None:
+    folder = hp.path(cfg, hp.Ref("eval", job_id, "smoke"))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / f"{system}.json", {"measures": {measure: sum(per_query.values()) / len(per_query)}})
+    write_per_query(folder / f"{system}{PER_QUERY_SUFFIX}", {q: {measure: v} for q, v in per_query.items()})
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """The smoke config checking dpr alone, its results under tmp_path, dpr's loss falling."""
+    cfg = load_config(overrides={"results_dir": str(tmp_path)})
+    model = hp.path(cfg, hp.Ref("model", "dpr"))
+    model.mkdir(parents=True)
+    write_json(model / "meta.json", {"learning": {"loss": {"first": 2.0, "last": 0.5, "steps": 96, "fell": True}}})
+    return cfg
+
+
+def test_a_model_that_beats_its_initial_checkpoint_learned(tiny):
+    qs = [f"q{i}" for i in range(40)]
+    _eval(tiny, "dpr", "dpr", {q: 1.0 if i % 4 else 0.0 for i, q in enumerate(qs)})     # 0.75
+    _eval(tiny, "dpr@init", "dpr", {q: 1.0 if i % 4 == 0 else 0.0 for i, q in enumerate(qs)})  # 0.25
+    v = learning.verdict(tiny, "dpr")
+    (c,) = [c for c in v["init"] if c["dataset"] == "smoke"]
+    assert c["queries"] == 40 and math.isclose(c["diff"], 0.5) and c["p_one_sided"] < 0.001
+    assert c["ci95"][0] > 0 and c["beats_init"]
+    assert v["learned"] is None  # smoke-ir's comparison is not there yet
+    assert learning.cell_status(tiny, "dpr.bm25-m5", "smoke") is None
+
+
+def test_a_model_no_better_than_its_initial_checkpoint_did_not_learn(tiny):
+    qs = [f"q{i}" for i in range(40)]
+    _eval(tiny, "dpr", "dpr", {q: 1.0 if i % 2 else 0.0 for i, q in enumerate(qs)})
+    _eval(tiny, "dpr@init", "dpr", {q: 1.0 if i % 2 == 0 or i < 6 else 0.0 for i, q in enumerate(qs)})
+    v = learning.verdict(tiny, "dpr")
+    (c,) = [c for c in v["init"] if c["dataset"] == "smoke"]
+    assert c["diff"] < 0 and not c["beats_init"] and v["learned"] is False
+    status = learning.cell_status(tiny, "dpr.bm25-m5", "smoke")  # re-ranks with dpr: fed by it
+    assert status is not None and status[0] == "did not learn" and "model dpr did not learn" in status[1]
+    assert learning.cell_status(tiny, "bm25", "smoke") is None
+    assert "bpr" in learning.models_feeding(tiny, "bpr.bflat", "smoke")
+
+
+def test_a_loss_that_did_not_fall_is_enough_to_fail(tiny):
+    write_json(hp.path(tiny, hp.Ref("model", "dpr")) / "meta.json",
+               {"learning": {"loss": {"first": 1.0, "last": 1.2, "steps": 96, "fell": False}}})
+    assert learning.verdict(tiny, "dpr")["learned"] is False
