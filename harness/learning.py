@@ -180,16 +180,68 @@ def verdicts(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [verdict(cfg, j.id) for j in p.concrete("train") if INIT not in j.id]
 
 
+def required_all(cfg: Mapping[str, Any]) -> list[str]:
+    """Every file and folder the checks of the profile read (the Snakefile's input function): each
+    trained model's folder, and both evaluations of each twin comparison."""
+    from harness import plan as hplan
+
+    p = _plan(cfg)
+    out = [hplan.path(cfg, Ref("model", j.id)) for j in p.concrete("train") if INIT not in j.id]
+    for j in p.concrete("search"):
+        if "learning_twin_of" in j.params:
+            out += [hplan.path(cfg, Ref("eval", j.id, j.dataset)),
+                    hplan.path(cfg, Ref("eval", j.params["learning_twin_of"], j.dataset))]
+    return sorted(str(o) for o in out)
+
+
+def verdict_word(v: Mapping[str, Any]) -> str:
+    """learned / did not learn / loss fell, not compared / not checked yet."""
+    if v["learned"] is not None:
+        return "learned" if v["learned"] else STATUS
+    return "loss fell; not compared with its initial checkpoint" if not v["init"] and v["loss"] else "not checked"
+
+
+CSV_FIELDS = ("model", "verdict", "loss_steps", "loss_first", "loss_last", "loss_fell", "dataset", "system", "measure",
+              "queries", "trained", "initial", "difference", "ci_low", "ci_high", "p_one_sided", "beats_initial")
+
+
+def rows(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per model and comparison (one per model without a comparison): the CSV the rule writes."""
+    out = []
+    for v in verdicts(cfg):
+        loss = v["loss"] or {}
+        base = {"model": v["model"], "verdict": verdict_word(v), "loss_steps": loss.get("steps", ""),
+                "loss_first": loss.get("first", ""), "loss_last": loss.get("last", ""), "loss_fell": loss.get("fell", "")}
+        for c in v["init"] or [{}]:
+            full = "missing" not in c and bool(c)
+            out.append({**base, "dataset": c.get("dataset", ""), "system": c.get("system", ""),
+                        "measure": c.get("measure", ""), "queries": c.get("queries", ""),
+                        "trained": c.get("trained", ""), "initial": c.get("init", ""), "difference": c.get("diff", ""),
+                        "ci_low": c["ci95"][0] if full else "", "ci_high": c["ci95"][1] if full else "",
+                        "p_one_sided": c.get("p_one_sided", ""), "beats_initial": c.get("beats_init", "")})
+    return out
+
+
 def main(argv: list[str]) -> int:
-    """``python -m harness learning --config ...``: one line per model."""
+    """``python -m harness learning --config ... [--out learning.csv]``: one line per model."""
+    import csv
+    import io
+
     from harness.config import add_config_argument, load_config
+    from harness.io import atomic_write_text
 
     ap = argparse.ArgumentParser(prog="python -m harness learning", description=__doc__.split("\n")[0])
     add_config_argument(ap)
+    ap.add_argument("--out", type=Path, help="write the checks as CSV here")
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
     for v in verdicts(cfg):
-        mark = {True: "learned", False: STATUS}.get(v["learned"]) or (
-            "not checked against its initial checkpoint (learning.check)" if not v["init"] else "not checked yet")
-        print(f"{v['model']}: {mark}: {describe(v)}")
+        print(f"{v['model']}: {verdict_word(v)}: {describe(v)}")
+    if a.out:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows(cfg))
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(a.out, buf.getvalue())
     return 0

@@ -156,3 +156,47 @@ def test_a_loss_that_did_not_fall_is_enough_to_fail(tiny):
     write_json(hp.path(tiny, hp.Ref("model", "dpr")) / "meta.json",
                {"learning": {"loss": {"first": 1.0, "last": 1.2, "steps": 96, "fell": False}}})
     assert learning.verdict(tiny, "dpr")["learned"] is False
+
+
+def test_a_table_cell_fed_by_a_model_that_did_not_learn_says_so(tiny):
+    """SVDR Table 1's DPR row (system dpr on the NQ stand-in) with dpr worse than its initial
+    checkpoint: the cell keeps its value, its status is "did not learn" with the figures in its
+    reason (markdown footnote, CSV reason), never a verdict against the paper."""
+    import csv as _csv
+    import io
+
+    from harness.tables.render import fill, to_csv, to_markdown
+
+    qs = [f"q{i}" for i in range(40)]
+    for job, good in (("dpr", lambda i: i % 2), ("dpr@init", lambda i: i % 2 == 0 or i < 6)):
+        _eval(tiny, job, "dpr", {q: float(bool(good(i))) for i, q in enumerate(qs)})
+        f = hp.path(tiny, hp.Ref("eval", job, "smoke")) / "dpr.json"
+        doc = json.loads(f.read_text())
+        doc["measures"].update({"Success@20": 0.6, "Success@100": 0.8})
+        f.write_text(json.dumps(doc))
+    tinfo, cells = fill(tiny, "svdr", "1")
+    dpr = [c for c in cells if c.system == "dpr" and c.kind == "measured"]
+    assert dpr and all(c.status == "did not learn" and "model dpr did not learn" in c.reason for c in dpr)
+    md = to_markdown(tiny, "svdr", "1", tinfo, cells)
+    assert "Did not learn (the value is no result):" in md and "did not learn ⁽" in md
+    rows = list(_csv.DictReader(io.StringIO(to_csv("svdr", "1", cells))))
+    assert {r["status"] for r in rows if r["system"] == "dpr" and r["measured"]} == {"did not learn"}
+    assert all("vs initial" in r["reason"] for r in rows if r["status"] == "did not learn")
+
+
+def test_the_learning_command_writes_one_row_per_comparison(tiny, tmp_path):
+    import csv as _csv
+
+    from harness.config import dump
+
+    qs = [f"q{i}" for i in range(40)]
+    _eval(tiny, "dpr", "dpr", {q: 1.0 if i % 4 else 0.0 for i, q in enumerate(qs)})
+    _eval(tiny, "dpr@init", "dpr", {q: 1.0 if i % 4 == 0 else 0.0 for i, q in enumerate(qs)})
+    dump(tiny, tmp_path / "cfg.yaml")
+    assert learning.main(["--config", str(tmp_path / "cfg.yaml"), "--out", str(tmp_path / "l.csv")]) == 0
+    rows = list(_csv.DictReader(open(tmp_path / "l.csv", encoding="utf-8")))
+    dpr = [r for r in rows if r["model"] == "dpr"]
+    assert [r["dataset"] for r in dpr] == ["smoke", "smoke-ir"] and dpr[0]["beats_initial"] == "True"
+    assert dpr[0]["verdict"] == "not checked" and dpr[1]["ci_low"] == ""  # smoke-ir not evaluated yet
+    assert {r["verdict"] for r in rows if r["model"] == "bm25"} == set()  # BM25 is not trained
+    assert {r["verdict"] for r in rows if r["model"] == "svdr.abl-m1"} == {"not checked"}  # no model written

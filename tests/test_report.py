@@ -299,3 +299,26 @@ def test_claims_page_shows_the_evidence_and_a_forest_plot_per_paper(profile, tmp
     assert not (tmp_path / "site" / "img" / "claims-bpr.png").exists()  # no bpr claim with an interval
     index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "Claims by verdict, smoke" in index and "<td>svdr</td><td>2</td><td>0</td><td>1</td><td>0</td><td>0</td>" in index
+
+
+def test_learning_page_lists_each_models_check(profile, tmp_path):
+    from harness.learning import CSV_FIELDS
+
+    rows = [{"model": "dpr", "verdict": "learned", "loss_steps": "96", "loss_first": "5.7", "loss_last": "0.6",
+             "loss_fell": "True", "dataset": "smoke", "system": "dpr", "measure": "nDCG@10", "queries": "63",
+             "trained": "0.953", "initial": "0.404", "difference": "0.549", "ci_low": "0.439", "ci_high": "0.654",
+             "p_one_sided": "0.0001", "beats_initial": "True"},
+            {"model": "densephrases", "verdict": "did not learn", "loss_steps": "20", "loss_first": "66.6",
+             "loss_last": "24.3", "loss_fell": "True", "dataset": "smoke", "system": "densephrases",
+             "measure": "nDCG@10", "queries": "63", "trained": "0.426", "initial": "0.514", "difference": "-0.088",
+             "ci_low": "-0.184", "ci_high": "0.001", "p_one_sided": "0.962", "beats_initial": "False"}]
+    (tmp_path / "learning").mkdir()
+    with open(tmp_path / "learning" / "smoke.csv", "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    hsite.build(profile)
+    page = (tmp_path / "site" / "learning.html").read_text(encoding="utf-8")
+    assert "<span class='status nolearn'>did not learn</span>" in page and "-0.088 [-0.184, +0.001]" in page
+    assert "5.7 → 0.6 (96)" in page and "+0.549 [+0.439, +0.654]" in page
+    assert "learning.html" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")  # the nav links it

@@ -99,10 +99,11 @@ def discover(results_dir: Path) -> dict[str, dict[tuple[str, str], dict[str, Any
     return out
 
 
-def read_claims(results_dir: Path, profiles: list[str]) -> dict[str, list[dict[str, str]]]:
+def read_claims(results_dir: Path, profiles: list[str], kind: str = "claims") -> dict[str, list[dict[str, str]]]:
+    """``<results_dir>/<kind>/<profile>.csv`` of each profile that has one (claims, learning)."""
     out = {}
     for p in profiles:
-        path = results_dir / "claims" / f"{p}.csv"
+        path = results_dir / kind / f"{p}.csv"
         if path.exists():
             with open(path, encoding="utf-8") as fh:
                 out[p] = list(csv.DictReader(fh))
@@ -126,7 +127,8 @@ def page(title: str, body: list[str], depth: int) -> str:
         "<!doctype html>", "<html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{esc(title)}</title><link rel='stylesheet' href='{up}style.css'></head><body>",
-        f"<nav><a href='{up}index.html'>Reproduction results</a> · <a href='{up}claims.html'>Claims</a></nav>",
+        f"<nav><a href='{up}index.html'>Reproduction results</a> · <a href='{up}claims.html'>Claims</a> · "
+        f"<a href='{up}learning.html'>Learning checks</a></nav>",
         *body, "</body></html>", ""])
 
 
@@ -191,6 +193,7 @@ class Site:
         self.profiles = profile_order(list(self.records), primary)
         self.papers = [(p, published(p)) for p in PAPERS]
         self.claims = read_claims(self.results, self.profiles)
+        self.learning = read_claims(self.results, self.profiles, "learning")
         self.figures: dict[tuple[str, str], Any] = {}
         self.forests: dict[str, Path | None] = {}
 
@@ -222,6 +225,7 @@ class Site:
 
         self.forests = {paper: forest(paper, self.claims, root / "img") for paper, _ in self.papers}
         written.append(self.write(root, "claims.html", self.claims_page()))
+        written.append(self.write(root, "learning.html", self.learning_page()))
         written.append(self.write(root, "index.html", self.index_page()))
         return written
 
@@ -452,6 +456,40 @@ class Site:
             body.append("<ul>" + "".join(f"<li>{status_span('not run')} {esc(x)}</li>" for x in d.not_run) + "</ul>")
         body += self.job_figures(root, paper, spec["table"], self.table_records(paper, spec["table"]))
         return page(spec["title"], body, 1)
+
+    # ---- learning checks --------------------------------------------------------------------
+    def learning_page(self) -> str:
+        """Every trained model's learning check, per profile (results/learning/<profile>.csv)."""
+        body = ["<h1>Learning checks</h1><p>Did each trained model learn? Its training loss must fall (mean of "
+                "the last 10% of steps below that of the first 10%), and each checked model must beat its own "
+                "initial checkpoint (the same architecture and code, learning rate 0, searched by the same job on "
+                "the same queries) by a significant paired margin (one-sided sign-flip permutation test; the 95% "
+                "bootstrap interval of the mean per-query difference). A model that fails is "
+                + status_span("did not learn") + " in every table cell it feeds (harness/learning.py).</p>"]
+        cls = {"learned": "ok", "did not learn": "nolearn"}
+        for p in self.profiles:
+            rows = self.learning.get(p)
+            if not rows:
+                continue
+            body.append(f"<h2>Profile <code>{esc(p)}</code></h2><table class='learning'><tr><th>model</th>"
+                        "<th>verdict</th><th>loss first → last (steps)</th><th>dataset</th><th>system</th><th>measure</th>"
+                        "<th>trained</th><th>initial</th><th>difference [95% CI]</th><th>p (one-sided)</th><th>n</th></tr>")
+            for r in rows:
+                loss = (f"{float(r['loss_first']):.3g} → {float(r['loss_last']):.3g} ({r['loss_steps']})"
+                        if r.get("loss_first") not in (None, "") else "—")
+                num = (lambda k: f"{float(r[k]):.3f}" if r.get(k) not in (None, "") else "")  # noqa: E731
+                ci = (f"{float(r['difference']):+.3f} [{float(r['ci_low']):+.3f}, {float(r['ci_high']):+.3f}]"
+                      if r.get("ci_low") not in (None, "") else "")
+                pv = f"{float(r['p_one_sided']):.3g}" if r.get("p_one_sided") not in (None, "") else ""
+                body.append(f"<tr><td>{esc(r['model'])}</td><td class='{cls.get(r['verdict'], 'text')}'>"
+                            f"<span class='status {cls.get(r['verdict'], 'text')}'>{esc(r['verdict'])}</span></td>"
+                            f"<td>{esc(loss)}</td><td>{esc(r.get('dataset'))}</td><td>{esc(r.get('system'))}</td>"
+                            f"<td>{esc(r.get('measure'))}</td><td>{num('trained')}</td><td>{num('initial')}</td>"
+                            f"<td>{esc(ci)}</td><td>{esc(pv)}</td><td>{esc(r.get('queries'))}</td></tr>")
+            body.append("</table>")
+        if len(body) == 1:
+            body.append("<p>No learning check was run (results/learning/&lt;profile&gt;.csv is missing).</p>")
+        return page("Learning checks", body, 0)
 
     # ---- claims ---------------------------------------------------------------------------
     def claims_page(self) -> str:

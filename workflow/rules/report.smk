@@ -4,6 +4,7 @@ rule report:
     input:
         tables=TABLE_RECORDS,
         claims=f"{config['results_dir']}/claims/{config['profile']}.csv",
+        learning=f"{config['results_dir']}/learning/{config['profile']}.csv",
         figures="configs/figures.yaml",
     output:
         site=directory(f"{config['results_dir']}/site"),
