@@ -356,8 +356,9 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
     """The learning check's controls (harness.learning): for each checked model ``M``, ``M@init``
     (the same train step inside :func:`harness.train.init_checkpoint`: its weights before
     training), a twin of each index built from ``M``, and a twin of ``M``'s own search job (the
-    search job named ``M``) reading the twins: the same code, settings and queries, the untrained
-    weights. A twin search job writes its systems under its own id; it is no system's producer."""
+    search job named ``M``, on one dataset: ``M``'s training dataset where it is searched there, else
+    the first by name) reading the twins: the same code, settings and queries, the untrained weights.
+    A twin search job writes its systems under its own id; it is no system's producer."""
     jobs = list(jobs)
     searched = {j.id for j in jobs if j.stage == "search"}
     models = {j.id: j for j in checked_models(cfg, jobs) if j.id in searched}  # the reader: no search job
@@ -368,11 +369,19 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
         return {role: replace(r, id=r.id + INIT) if (r.kind == "model" and r.id in models)
                 or (r.kind == "index" and r.id in indexes) else r for role, r in inputs.items()}
 
+    searches: dict[str, Job] = {}  # one dataset per model: its training dataset where it is searched there
+    for j in jobs:
+        if j.stage == "search" and j.id in models and j.params.get("split", "test") == "test" and j.dataset:
+            own = (cfg["methods"].get(models[j.id].method) or {}).get("train_dataset")
+            old = searches.get(j.id)
+            if old is None or (j.dataset == own) > (old.dataset == own) or \
+                    ((j.dataset == own) == (old.dataset == own) and j.dataset < old.dataset):
+                searches[j.id] = j
     for j in jobs:
         if j.stage == "index" and j.id in indexes:
             out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs)))
-        elif j.stage == "search" and j.id in models and j.params.get("split", "test") == "test":
-            out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": j.id}))
+    for j in searches.values():
+        out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": j.id}))
     return out
 
 

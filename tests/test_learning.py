@@ -25,6 +25,7 @@ def test_twins_of_each_methods_own_model():
     p = _plan(load_config())
     twins = {(j.stage, j.id, j.dataset) for j in p.jobs.values() if hp.INIT in j.id}
     assert ("train", "dpr@init", None) in twins and ("search", "dpr@init", "smoke") in twins
+    assert ("search", "dpr@init", "smoke-ir") not in twins  # one dataset per model: its training dataset
     assert ("train", "reader@init", None) not in twins  # no search job of its own to compare
     assert not any(t[1].startswith(("svdr.abl", "bpr.a", "lightretriever.nokl")) for t in twins)  # main only
     s = p.job("search", "dpr@init", "smoke")
@@ -135,7 +136,7 @@ def test_a_model_that_beats_its_initial_checkpoint_learned(tiny):
     (c,) = [c for c in v["init"] if c["dataset"] == "smoke"]
     assert c["queries"] == 40 and math.isclose(c["diff"], 0.5) and c["p_one_sided"] < 0.001
     assert c["ci95"][0] > 0 and c["beats_init"]
-    assert v["learned"] is None  # smoke-ir's comparison is not there yet
+    assert v["learned"] is True and len(v["init"]) == 1  # one comparison: on its training dataset
     assert learning.cell_status(tiny, "dpr.bm25-m5", "smoke") is None
 
 
@@ -196,7 +197,8 @@ def test_the_learning_command_writes_one_row_per_comparison(tiny, tmp_path):
     assert learning.main(["--config", str(tmp_path / "cfg.yaml"), "--out", str(tmp_path / "l.csv")]) == 0
     rows = list(_csv.DictReader(open(tmp_path / "l.csv", encoding="utf-8")))
     dpr = [r for r in rows if r["model"] == "dpr"]
-    assert [r["dataset"] for r in dpr] == ["smoke", "smoke-ir"] and dpr[0]["beats_initial"] == "True"
-    assert dpr[0]["verdict"] == "not checked" and dpr[1]["ci_low"] == ""  # smoke-ir not evaluated yet
+    assert [r["dataset"] for r in dpr] == ["smoke"] and dpr[0]["beats_initial"] == "True"  # its training set only
+    assert dpr[0]["verdict"] == "learned" and float(dpr[0]["ci_low"]) > 0
+    assert {r["verdict"] for r in rows if r["model"] == "svdr"} == {"not checked"}  # nothing evaluated yet
     assert {r["verdict"] for r in rows if r["model"] == "bm25"} == set()  # BM25 is not trained
     assert {r["verdict"] for r in rows if r["model"] == "svdr.abl-m1"} == {"not checked"}  # no model written
