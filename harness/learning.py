@@ -175,9 +175,15 @@ def describe(v: Mapping[str, Any]) -> str:
 
 
 def verdicts(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The check of every trained model of the profile (twins aside)."""
+    """The check of every model of the profile that was trained (its folder exists) or is checked
+    against its initial checkpoint (twins aside; a target that trains only some models, such as the
+    regression, leaves the others out)."""
+    from harness import plan as hplan
+
     p = _plan(cfg)
-    return [verdict(cfg, j.id) for j in p.concrete("train") if INIT not in j.id]
+    twinned = {j.params["learning_twin_of"] for j in p.concrete("search") if "learning_twin_of" in j.params}
+    return [verdict(cfg, j.id) for j in p.concrete("train") if INIT not in j.id
+            and (j.id in twinned or hplan.path(cfg, Ref("model", j.id)).exists())]
 
 
 def required_all(cfg: Mapping[str, Any]) -> list[str]:
