@@ -39,7 +39,7 @@ CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 ALPHA = 0.05
 EVIDENCE = ["verdict", "test", "n", "diff", "ci_low", "ci_high", "p", "p_holm", "mdd", "er", "dri", "published_diff", "published"]
-COLUMNS = ["claim_id", "paper", "holds", "measured", "detail", *EVIDENCE]
+COLUMNS = ["claim_id", "paper", "holds", "measured", "detail", *EVIDENCE, "unlearned"]
 
 
 def load_claims(path: Path = CLAIMS) -> list[dict[str, Any]]:
@@ -92,7 +92,23 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
         rhs += f" {'+' if offset > 0 else '-'} {abs(offset)}"
     return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "true" if holds else "false",
             "measured": f"{names[0]} {claim['op']} {rhs}", "detail": claim["statement"],
-            **evidence(claim, values, found), **against_paper(claim, values)}
+            **evidence(claim, values, found), **against_paper(claim, values), "unlearned": unlearned(cfg, claim)}
+
+
+def unlearned(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> str:
+    """Why a side's value is no result: a model behind it that did not learn (harness.learning), or ""."""
+    from harness.learning import cell_status
+    from harness.measured import parse_key
+
+    why = []
+    for side in ("lhs", "rhs"):
+        key = quantity_key(cfg, claim[side])
+        if key:
+            dataset, system, _ = parse_key(key)
+            failed = cell_status(cfg, system, dataset)
+            if failed and failed[1] not in why:
+                why.append(failed[1])
+    return "; ".join(why)
 
 
 def published_side(paper: str, q: Mapping[str, Any]) -> tuple[float, str] | None:
@@ -243,13 +259,16 @@ def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | 
 def verdicts(rows: list[dict[str, Any]], claims: list[Mapping[str, Any]]) -> None:
     """Holm's correction over the tested claims of each paper, then each row's verdict (in place)."""
     ops = {c["id"]: c["op"] for c in claims}
-    for paper in sorted({r["paper"] for r in rows}):
-        tested = [r for r in rows if r["paper"] == paper and r.get("p") not in (None, "")]
+    for paper in sorted({r["paper"] for r in rows}):  # a side that did not learn is no evidence: not tested
+        tested = [r for r in rows if r["paper"] == paper and r.get("p") not in (None, "") and not r.get("unlearned")]
         for r, adj in zip(tested, stats.holm([r["p"] for r in tested]), strict=True):
             r["p_holm"] = adj
     for r in rows:
         if r["holds"] == "not run":
             r["verdict"] = "not run"
+            continue
+        if r.get("unlearned"):
+            r["verdict"] = "did not learn"
             continue
         word = "holds" if r["holds"] == "true" else "fails"
         test = str(r.get("test", ""))
@@ -267,12 +286,18 @@ def verdicts(rows: list[dict[str, Any]], claims: list[Mapping[str, Any]]) -> Non
 
 
 def required_inputs(cfg: Mapping[str, Any]) -> list[str]:
+    """The claims' measurements, and the learning check's evaluations of the models behind them."""
+    from harness.learning import required
+    from harness.measured import parse_key
+
     out = set()
     for claim in load_claims():
         for side in ("lhs", "rhs"):
             key = quantity_key(cfg, claim[side])
             if key and available(cfg, key) is None:
                 out.update(str(o) for o in outputs(cfg, key))
+                dataset, system, _ = parse_key(key)
+                out.update(str(o) for o in required(cfg, system, dataset))
     return sorted(out)
 
 

@@ -202,3 +202,21 @@ def test_the_learning_command_writes_one_row_per_comparison(tiny, tmp_path):
     assert {r["verdict"] for r in rows if r["model"] == "svdr"} == {"not checked"}  # nothing evaluated yet
     assert {r["verdict"] for r in rows if r["model"] == "bm25"} == set()  # BM25 is not trained
     assert not [r for r in rows if r["model"] == "svdr.abl-m1"]  # neither trained here nor checked
+
+
+def test_a_claim_on_a_model_that_did_not_learn_is_no_evidence(tiny):
+    """dpr-beats-bm25-top20 with DPR worse than its initial checkpoint: the claim's verdict is "did
+    not learn" (not holds or fails), it leaves Holm's correction, and the row says which model."""
+    from harness import claims as hclaims
+
+    qs = [f"q{i}" for i in range(40)]
+    _eval(tiny, "dpr", "dpr", {q: float(i % 2) for i, q in enumerate(qs)}, "Success@20")
+    _eval(tiny, "dpr@init", "dpr", {q: float(i % 2 == 0 or i < 6) for i, q in enumerate(qs)}, "Success@20")
+    _eval(tiny, "bm25", "bm25", {q: float(i % 3 == 0) for i, q in enumerate(qs)}, "Success@20")
+    tiny = {**tiny, "learning": {**tiny["learning"], "measures": ["Success@20"]}}
+    claims = [c for c in hclaims.load_claims() if c["id"] == "dpr-beats-bm25-top20"]
+    rows = [hclaims.evaluate(tiny, c) for c in claims]
+    assert rows[0]["holds"] == "true" and rows[0]["p"] not in (None, "")  # 0.5 > 0.35: it would hold
+    assert "model dpr did not learn" in rows[0]["unlearned"]
+    hclaims.verdicts(rows, claims)
+    assert rows[0]["verdict"] == "did not learn" and "p_holm" not in rows[0]

@@ -290,7 +290,7 @@ class Site:
             body.append(f"<tr><td>{esc(p)}</td><td>{c.get('true', 0)}</td><td>{c.get('false', 0)}</td>"
                         f"<td>{c.get('not run', 0)}</td></tr>")
         body.append("</table>")
-        verdicts = ["holds", "holds (not significant)", "fails (not significant)", "fails"]
+        verdicts = ["holds", "holds (not significant)", "fails (not significant)", "fails", "did not learn"]
         for p in self.profiles:
             rows = self.claims.get(p) or []
             if not rows or "verdict" not in rows[0]:
@@ -513,6 +513,9 @@ class Site:
                     continue
                 w, cls = word.get(r["holds"], (r["holds"], "text"))
                 w = r.get("verdict") or w
+                if w == "did not learn":  # a side is no result (harness.learning): not a verdict on the paper
+                    cls = "nolearn"
+                    r = {**r, "p_holm": "", "test": r.get("unlearned", "")}
                 ev = (f"diff {r['diff']} [{r['ci_low']}, {r['ci_high']}], p (Holm) {r['p_holm']}, n {r['n']}; "
                       f"a difference under {r['mdd']} is below what {r['n']} queries detect (power 0.8)"
                       if r.get("p_holm") else (r.get("test") or ""))
