@@ -120,7 +120,12 @@ def serves_map(cfg: Mapping[str, Any]) -> dict[str, str]:
     p = hplan.get(cfg)
     jobs = [j for stage in ("train", "index", "search", "measure") for j in p.concrete(stage)]
     jobs += [p.job(*k) for k in served if k[0] == "index"]  # index templates instantiated per dataset
-    return {_key(j): serves_text(served.get((j.stage, j.id, j.dataset), set())) for j in jobs}
+    out = {_key(j): serves_text(served.get((j.stage, j.id, j.dataset), set())) for j in jobs}
+    for j in jobs:  # a learning twin serves the check of its model (harness.learning), not a table
+        if hplan.INIT in j.id:
+            model = j.id.split(hplan.INIT)[0]
+            out[_key(j)] = f"the learning check of {model} (its initial checkpoint, harness/learning.py)"
+    return out
 
 
 def write_serves(cfg: Mapping[str, Any]) -> Path:
