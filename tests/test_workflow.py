@@ -79,10 +79,17 @@ def test_full_smoke_run(smoke_run):
     assert claims and list(claims[0]) == COLUMNS  # the aggregates' comparison and its evidence (verdict, p, CI, n)
     assert {r["verdict"] for r in claims} <= {"holds", "holds (not significant)", "fails (not significant)", "fails",
                                               "holds (exact)", "fails (exact)", "holds (untested)", "fails (untested)",
-                                              "not run"}
+                                              "not run", "did not learn"}
     assert any(r["test"].startswith("paired") and int(r["n"]) > 0 for r in claims)  # smoke's effectiveness claims are tested
     hashing = next(r for r in claims if r["claim_id"] == "bpr-hash-lookup-faster-than-linear-scan")
     assert hashing["test"].startswith("paired") and int(hashing["n"]) > 0  # a timing kept per question is tested
+    # every method's own model got its learning check; smoke's DPR learned on its 63 test questions
+    learned = list(csv.DictReader(open(tmp_path / "learning" / "smoke.csv", encoding="utf-8")))
+    assert {r["model"] for r in learned if r["measure"]} == {"dpr", "svdr", "vdr", "bpr", "qcr", "lightretriever",
+                                                             "densephrases"}
+    dpr = next(r for r in learned if r["model"] == "dpr")
+    assert dpr["verdict"] == "learned" and dpr["queries"] == "63" and float(dpr["ci_low"]) > 0
+    assert (tmp_path / "site" / "learning.html").exists()
     # every published table rendered
     n_tables = sum(1 for _ in (tmp_path / "tables").rglob("*.md"))
     assert n_tables >= 37
