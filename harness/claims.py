@@ -100,11 +100,15 @@ def unlearned(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> str:
     from harness.learning import cell_status
     from harness.measured import parse_key
 
+    from harness.learning import applies
+
     why = []
     for side in ("lhs", "rhs"):
         key = quantity_key(cfg, claim[side])
         if key:
-            dataset, system, _ = parse_key(key)
+            dataset, system, measure = parse_key(key)
+            if measure.startswith("metric:") and not applies((find_key(cfg, key).raw or {}).get("unit")):
+                continue  # a time, size or speed: the same whether the weights learned or not
             failed = cell_status(cfg, system, dataset)
             if failed and failed[1] not in why:
                 why.append(failed[1])

@@ -27,6 +27,16 @@ from typing import Any
 from harness.plan import INIT, Ref
 
 STATUS = "did not learn"
+#: dimensions of efficiency figures (harness.units): a time, a size, a rate or a speedup does not depend
+#: on whether the weights learned, so a model that did not learn leaves those cells as they are
+EFFICIENCY = ("time", "bytes", "rate", "factor")
+
+
+def applies(unit: str | None) -> bool:
+    """Whether a figure in ``unit`` is one that a model that did not learn makes no result."""
+    from harness.units import UNITS
+
+    return UNITS.get(unit or "", ("",))[0] not in EFFICIENCY
 
 
 def _plan(cfg: Mapping[str, Any]):
@@ -112,13 +122,13 @@ def _verdict_cached(blob: str, model: str) -> dict[str, Any]:
 
 
 def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[str]:
-    """Every model whose weights a system's run depends on: the models its search job reads,
-    directly, through an index, or through another system's run (a fusion, a re-ranking)."""
+    """Every model whose weights a system's values depend on: the models its search job (or, for a
+    figure of a measure job, that job) reads, directly, through an index, or through another
+    system's run (a fusion, a re-ranking)."""
     p = _plan(cfg)
     job = p.systems().get((system, dataset))
-    if job is None:
-        return []
-    seen, todo, models = set(), [job], set()
+    todo = [job] if job is not None else p.metric_jobs(system, dataset)  # a measure job's figure: its inputs
+    seen, models = set(), set()
     while todo:
         j = todo.pop()
         for ref in j.inputs.values():
@@ -129,6 +139,9 @@ def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[st
             if prod is not None and prod not in seen and ref.kind in ("model", "index", "run"):
                 seen.add(prod)
                 todo.append(p.job(*prod))
+    if job is None:  # a measure job reads several models: a figure is fed by those its name carries
+        named = {m for m in models if system == m or system.startswith((m + ".", m + "-"))}
+        models = named or models
     return sorted(models)
 
 

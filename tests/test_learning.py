@@ -220,3 +220,15 @@ def test_a_claim_on_a_model_that_did_not_learn_is_no_evidence(tiny):
     assert "model dpr did not learn" in rows[0]["unlearned"]
     hclaims.verdicts(rows, claims)
     assert rows[0]["verdict"] == "did not learn" and "p_holm" not in rows[0]
+
+
+def test_which_models_feed_a_figure_and_which_figures_a_failure_voids():
+    cfg = load_config()
+    assert learning.models_feeding(cfg, "dpr.bm25-m5", "smoke") == ["dpr"]  # re-ranks BM25's run with DPR
+    assert learning.models_feeding(cfg, "bm25", "smoke") == []
+    # a measure job reads several models; each figure is fed by those its name carries
+    assert learning.models_feeding(cfg, "qcr.noent-usage-docs", "smoke-ir") == ["qcr", "qcr.noent"]
+    assert learning.models_feeding(cfg, "qcr.fig2-positive", "smoke-ir") == ["qcr"]
+    # a time, a size, a rate or a speedup is the same whether the weights learned: only other figures are voided
+    assert [learning.applies(u) for u in ("%", "ratio", "count", None, "ms", "s", "GB", "Q/s", "x")] == \
+        [True, True, True, True, False, False, False, False, False]
