@@ -122,9 +122,10 @@ def _verdict_cached(blob: str, model: str) -> dict[str, Any]:
 
 
 def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[str]:
-    """Every model whose weights a system's values depend on: the models its search job (or, for a
-    figure of a measure job, that job) reads, directly, through an index, or through another
-    system's run (a fusion, a re-ranking)."""
+    """The models whose weights a system's values depend on: those its search job reads, directly,
+    through an index, or through another system's run (a fusion, a re-ranking), not the teachers or
+    base models they were trained from (each model has its own check); for a figure of a measure job,
+    which reads several models, the model its name carries (``qcr.noent-usage-docs``: qcr.noent)."""
     p = _plan(cfg)
     job = p.systems().get((system, dataset))
     todo = [job] if job is not None else p.metric_jobs(system, dataset)  # a measure job's figure: its inputs
@@ -136,12 +137,13 @@ def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[st
             if ref.kind == "model":
                 models.add(str(ref.id))
             prod = p.producer(ref)
-            if prod is not None and prod not in seen and ref.kind in ("model", "index", "run"):
+            # not into a model's own training inputs (a teacher, a base model): the model has its own check
+            if prod is not None and prod not in seen and ref.kind in ("index", "run"):
                 seen.add(prod)
                 todo.append(p.job(*prod))
-    if job is None:  # a measure job reads several models: a figure is fed by those its name carries
-        named = {m for m in models if system == m or system.startswith((m + ".", m + "-"))}
-        models = named or models
+    if job is None:  # a measure job reads several models: a figure is fed by the one its name carries
+        named = sorted((m for m in models if system == m or system.startswith((m + ".", m + "-"))), key=len)
+        models = set(named[-1:]) or models
     return sorted(models)
 
 

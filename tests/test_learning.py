@@ -227,7 +227,11 @@ def test_which_models_feed_a_figure_and_which_figures_a_failure_voids():
     assert learning.models_feeding(cfg, "dpr.bm25-m5", "smoke") == ["dpr"]  # re-ranks BM25's run with DPR
     assert learning.models_feeding(cfg, "bm25", "smoke") == []
     # a measure job reads several models; each figure is fed by those its name carries
-    assert learning.models_feeding(cfg, "qcr.noent-usage-docs", "smoke-ir") == ["qcr", "qcr.noent"]
+    assert learning.models_feeding(cfg, "qcr.noent-usage-docs", "smoke-ir") == ["qcr.noent"]
+    assert learning.models_feeding(cfg, "densephrases.nodistill-rc", "smoke") == ["densephrases.nodistill"]
+    # a search reads the models behind its index and its runs, not the teachers its models trained with
+    assert learning.models_feeding(cfg, "densephrases.qs", "smoke") == ["densephrases", "densephrases.qs"]
+    assert learning.models_feeding(cfg, "densephrases.shared", "smoke") == ["densephrases.shared"]
     assert learning.models_feeding(cfg, "qcr.fig2-positive", "smoke-ir") == ["qcr"]
     # a time, a size, a rate or a speedup is the same whether the weights learned: only other figures are voided
     assert [learning.applies(u) for u in ("%", "ratio", "count", None, "ms", "s", "GB", "Q/s", "x")] == \
