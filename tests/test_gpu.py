@@ -111,3 +111,26 @@ def test_faiss_gpu_flat_matches_the_cpu_index():
     d1, i1 = gpu.search(xq, 10)
     np.testing.assert_allclose(d1, d0, rtol=1e-4, atol=1e-3)
     assert (i1[:, 0] == i0[:, 0]).mean() >= 0.9
+
+
+def test_init_checkpoint_keeps_the_weights_under_bf16_on_cuda():
+    """The learning check's control (harness.train.init_checkpoint) on a GPU in bf16: one step at
+    learning rate 0 leaves every float32 master weight exactly as it was."""
+    from harness.train import TrainSettings, init_checkpoint, set_seed, train_loop
+
+    set_seed(0)
+    examples = _regression_task()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def step_fn(batch, step, rng):
+        x = torch.stack([b[0] for b in batch]).to("cuda")
+        y = torch.tensor([b[1] for b in batch], device="cuda")
+        return torch.nn.functional.mse_loss(model(x).squeeze(-1).float(), y), {}
+
+    ts = TrainSettings(batch_size=16, epochs=20, lr=1e-2, warmup_ratio=0.0, grad_clip=1.0, device="cuda",
+                       precision="bf16", log_every=1000)
+    with init_checkpoint():
+        info = train_loop(examples, step_fn, list(model.parameters()), settings=ts, seed=0, out=None, modules=[model])
+    assert info["steps"] == 1
+    assert all(p.device.type == "cuda" and torch.equal(p.detach().cpu(), b) for p, b in zip(model.parameters(), before))
