@@ -92,26 +92,23 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
         rhs += f" {'+' if offset > 0 else '-'} {abs(offset)}"
     return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "true" if holds else "false",
             "measured": f"{names[0]} {claim['op']} {rhs}", "detail": claim["statement"],
-            **evidence(claim, values, found), **against_paper(claim, values), "unlearned": unlearned(cfg, claim)}
+            **evidence(claim, values, found), **against_paper(claim, values), "unlearned": unlearned(cfg, claim, found)}
 
 
-def unlearned(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> str:
-    """Why a side's value is no result: a model behind it that did not learn (harness.learning), or ""."""
+def unlearned(cfg: Mapping[str, Any], claim: Mapping[str, Any], found: list[Found | None]) -> str:
+    """Why a side's value is no result: a model behind it that did not learn (harness.learning), or ""
+    (a metric side in a time, size or speed unit, the same whether the weights learned, never is)."""
     from harness.learning import cell_status
     from harness.measured import parse_key
 
-    from harness.learning import applies
-
     why = []
-    for side in ("lhs", "rhs"):
-        key = quantity_key(cfg, claim[side])
-        if key:
-            dataset, system, measure = parse_key(key)
-            if measure.startswith("metric:") and not applies((find_key(cfg, key).raw or {}).get("unit")):
-                continue  # a time, size or speed: the same whether the weights learned or not
-            failed = cell_status(cfg, system, dataset)
-            if failed and failed[1] not in why:
-                why.append(failed[1])
+    for side, f in zip(("lhs", "rhs"), found, strict=True):
+        if f is None:  # a constant
+            continue
+        dataset, system, _ = parse_key(str(quantity_key(cfg, claim[side])))
+        failed = cell_status(cfg, system, dataset, (f.raw or {}).get("unit"))
+        if failed and failed[1] not in why:
+            why.append(failed[1])
     return "; ".join(why)
 
 

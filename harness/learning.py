@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +44,22 @@ def _plan(cfg: Mapping[str, Any]):
     return hplan.get(cfg)
 
 
+def _cache(p: Any) -> dict[str, Any]:
+    """Per-plan memo of this module (the plan is built once per config content, as harness.workflow
+    keeps its served-tables map): the twin search jobs by model, and the verdicts read so far."""
+    memo = getattr(p, "_learning", None)
+    if memo is None:
+        twins: dict[str, list[Any]] = {}
+        for j in p.concrete("search"):
+            if "learning_twin_of" in j.params:
+                twins.setdefault(j.params["learning_twin_of"], []).append(j)
+        memo = p._learning = {"twins": twins, "verdicts": {}}
+    return memo
+
+
 def twin_searches(cfg: Mapping[str, Any], model: str) -> list[Any]:
     """The learning twins' search jobs of ``model`` (one per dataset it is searched on)."""
-    p = _plan(cfg)
-    return [j for j in p.concrete("search") if j.params.get("learning_twin_of") == model]
+    return list(_cache(_plan(cfg))["twins"].get(model, []))
 
 
 def _measure(cfg: Mapping[str, Any], measures: Mapping[str, float]) -> str | None:
@@ -114,13 +125,6 @@ def verdict(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     return {"model": model, "loss": loss, "init": comps, "learned": learned}
 
 
-@lru_cache(maxsize=256)
-def _verdict_cached(blob: str, model: str) -> dict[str, Any]:
-    import json
-
-    return verdict(json.loads(blob), model)
-
-
 def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[str]:
     """The models whose weights a system's values depend on: those its search job reads, directly,
     through an index, or through another system's run (a fusion, a re-ranking), not the teachers or
@@ -147,15 +151,16 @@ def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[st
     return sorted(models)
 
 
-def cell_status(cfg: Mapping[str, Any], system: str, dataset: str) -> tuple[str, str] | None:
-    """``("did not learn", why)`` where a model feeding ``system`` on ``dataset`` failed its check."""
-    import json
-
-    from harness.recording import plain
-
-    blob = json.dumps(plain(cfg), sort_keys=True, default=str)
+def cell_status(cfg: Mapping[str, Any], system: str, dataset: str, unit: str | None = None) -> tuple[str, str] | None:
+    """``("did not learn", why)`` where a model feeding ``system`` on ``dataset`` failed its check
+    and a figure in ``unit`` depends on it (:func:`applies`); each model's verdict is read once per plan."""
+    if not applies(unit):
+        return None
+    memo = _cache(_plan(cfg))["verdicts"]
     for model in models_feeding(cfg, system, dataset):
-        v = _verdict_cached(blob, model)
+        if model not in memo:
+            memo[model] = verdict(cfg, model)
+        v = memo[model]
         if v["learned"] is False:
             return STATUS, f"model {model} did not learn: {describe(v)}"
     return None
@@ -196,7 +201,7 @@ def verdicts(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     from harness import plan as hplan
 
     p = _plan(cfg)
-    twinned = {j.params["learning_twin_of"] for j in p.concrete("search") if "learning_twin_of" in j.params}
+    twinned = _cache(p)["twins"]
     return [verdict(cfg, j.id) for j in p.concrete("train") if INIT not in j.id
             and (j.id in twinned or hplan.path(cfg, Ref("model", j.id)).exists())]
 
@@ -208,10 +213,8 @@ def required_all(cfg: Mapping[str, Any]) -> list[str]:
 
     p = _plan(cfg)
     out = [hplan.path(cfg, Ref("model", j.id)) for j in p.concrete("train") if INIT not in j.id]
-    for j in p.concrete("search"):
-        if "learning_twin_of" in j.params:
-            out += [hplan.path(cfg, Ref("eval", j.id, j.dataset)),
-                    hplan.path(cfg, Ref("eval", j.params["learning_twin_of"], j.dataset))]
+    for model, jobs in _cache(p)["twins"].items():
+        out += [hplan.path(cfg, Ref("eval", i, j.dataset)) for j in jobs for i in (j.id, model)]
     return sorted(str(o) for o in out)
 
 

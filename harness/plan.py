@@ -369,19 +369,14 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
         return {role: replace(r, id=r.id + INIT) if (r.kind == "model" and r.id in models)
                 or (r.kind == "index" and r.id in indexes) else r for role, r in inputs.items()}
 
-    searches: dict[str, Job] = {}  # one dataset per model: its training dataset where it is searched there
-    for j in jobs:
-        if j.stage == "search" and j.id in models and j.params.get("split", "test") == "test" and j.dataset:
-            own = (cfg["methods"].get(models[j.id].method) or {}).get("train_dataset")
-            old = searches.get(j.id)
-            if old is None or (j.dataset == own) > (old.dataset == own) or \
-                    ((j.dataset == own) == (old.dataset == own) and j.dataset < old.dataset):
-                searches[j.id] = j
-    for j in jobs:
-        if j.stage == "index" and j.id in indexes:
-            out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs)))
-    for j in searches.values():
-        out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": j.id}))
+    out += [replace(j, id=j.id + INIT, inputs=swap(j.inputs)) for j in jobs if j.stage == "index" and j.id in indexes]
+    for m, job in models.items():  # one dataset per model: its training dataset where it is searched there
+        own = (cfg["methods"].get(job.method) or {}).get("train_dataset")
+        cands = [j for j in jobs if j.stage == "search" and j.id == m and j.dataset
+                 and j.params.get("split", "test") == "test"]
+        if cands:
+            j = min(cands, key=lambda j: (j.dataset != own, j.dataset))
+            out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": m}))
     return out
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from harness.config import load_config
 from harness.datasets import smoke
+from harness.evaluate.ir import evaluate
 from harness.models import probe
 from harness.models.backbones import model_dir
 
@@ -29,9 +30,11 @@ def splade():
 
 def test_zero_shot_splade_beats_its_random_twin(collection, splade):
     docs, queries, qrels = collection
-    pre, rnd = (probe.zero_shot(m, docs, queries, qrels, "sparse", max_length=128) for m in splade)
-    assert pre["queries"] == len(queries) and pre["documents"] == len(docs)
-    assert 0.0 <= rnd["nDCG@10"] < 0.3 < 0.6 < pre["nDCG@10"] <= 1.0, (pre, rnd)
+    (run, pre), (rnd_run, rnd) = (probe.zero_shot(m, docs, queries, "sparse", max_length=128) for m in splade)
+    assert pre["queries"] == len(queries) == len(run) and pre["documents"] == len(docs)
+    assert all(len(r) == 100 for r in run.values())  # exact top 100 of each query
+    ndcg, rnd_ndcg = (evaluate(qrels, r, ["nDCG@10"])["nDCG@10"] for r in (run, rnd_run))
+    assert 0.0 <= rnd_ndcg < 0.3 < 0.6 < ndcg <= 1.0, (ndcg, rnd_ndcg)
     assert pre["active_terms_per_doc"] < 0.5 * 30522  # SPLADE: sparse over the vocabulary
 
 

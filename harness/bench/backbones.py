@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+MEASURES = ("nDCG@10", "R@100")
 
 def _scifact(mirror: str | None, max_docs: int | None, seed: int):
     """SciFact's test collection from the mirror (harness.datasets.beir); with ``max_docs``, every
@@ -54,6 +55,7 @@ def _size(path: str) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     """Load, probe, retrieve, print (a script in the order it measures)."""
     from harness.config import load_config
+    from harness.evaluate.ir import evaluate
     from harness.models import probe
     from harness.models.backbones import model_dir
 
@@ -78,10 +80,10 @@ def main(argv: list[str]) -> int:
         for label, loaded in (("pretrained", lambda: probe.load(path, mlm)),
                               *(() if a.no_twin else (("random init", lambda: probe.random_twin(path, mlm, a.seed)),))):
             m, t0 = loaded(), time.perf_counter()
-            res = {"mlm": probe.mlm_probe(m),
-                   "dense": probe.zero_shot(m, docs, queries, qrels, "dense", max_length=a.max_length)}
-            if mlm:
-                res["sparse"] = probe.zero_shot(m, docs, queries, qrels, "sparse", max_length=a.max_length)
+            res = {"mlm": probe.mlm_probe(m)}
+            for kind in ("dense", "sparse") if mlm else ("dense",):
+                run, info = probe.zero_shot(m, docs, queries, kind, max_length=a.max_length)
+                res[kind] = {**info, **evaluate(qrels, run, MEASURES)}
             res["seconds"] = round(time.perf_counter() - t0, 1)
             row[label] = res
             mp = res["mlm"]

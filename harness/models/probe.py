@@ -3,9 +3,9 @@ configuration fails (issue "Stand-ins that learn", item 1; docs/backbones.md hol
 
 - ``mlm_probe``: where the model has a masked-LM head, its top predictions for masked words in
   plain sentences ("Paris is the capital of [MASK].") — hits@k over ``PROBES``;
-- ``zero_shot``: nDCG@10 of the model used as a retriever with no training on a BEIR-style test
+- ``zero_shot``: the run of the model used as a retriever with no training on a BEIR-style test
   collection (dense: mean-pooled last hidden states, dot product; sparse, where it has an MLM head:
-  SPLADE's max over positions of log(1 + ReLU(logits))), scored by ir_measures.
+  SPLADE's max over positions of log(1 + ReLU(logits))), for the harness's evaluation to score.
 
 ``random_twin`` builds the control: the same architecture with fresh weights (the tokenizer is the
 backbone's). ``python -m harness bench backbones`` runs both checks on each configured backbone and
@@ -111,12 +111,11 @@ def encode(m: Loaded, texts: Sequence[str], kind: str, max_length: int = 256, ba
 
 
 def zero_shot(m: Loaded, docs: Sequence[tuple[str, str]], queries: Sequence[tuple[str, str]],
-              qrels: dict[str, dict[str, int]], kind: str = "dense", k: int = 100, max_length: int = 256) -> dict[str, Any]:
-    """nDCG@10 and R@100 (ir_measures) of ``m`` as an untrained retriever: ``docs`` (id, text) and
-    ``queries`` (id, text) encoded the same way, exact inner-product top-``k``."""
-    import ir_measures
-    from ir_measures import R, nDCG
-
+              kind: str = "dense", k: int = 100, max_length: int = 256) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """``m`` as an untrained retriever: ``docs`` (id, text) and ``queries`` (id, text) encoded the
+    same way, exact inner-product top-``k``. Returns the run ({qid: {docid: score}}, for
+    harness.evaluate.ir.evaluate) and what it rests on (queries, documents, kind; for SPLADE the
+    mean number of active terms per document)."""
     d = encode(m, [t for _, t in docs], kind, max_length)
     q = encode(m, [t for _, t in queries], kind, max_length)
     scores = q @ d.T
@@ -124,9 +123,7 @@ def zero_shot(m: Loaded, docs: Sequence[tuple[str, str]], queries: Sequence[tupl
     k = min(k, scores.shape[1])
     top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     run = {qid: {docs[j][0]: float(scores[i, j]) for j in top[i]} for i, (qid, _) in enumerate(queries)}
-    agg = ir_measures.calc_aggregate([nDCG @ 10, R @ 100], qrels, run)
-    out = {"nDCG@10": float(agg[nDCG @ 10]), "R@100": float(agg[R @ 100]), "queries": len(queries),
-           "documents": len(docs), "kind": kind}
+    info: dict[str, Any] = {"queries": len(queries), "documents": len(docs), "kind": kind}
     if kind == "sparse":
-        out["active_terms_per_doc"] = float(d.getnnz(axis=1).mean())
-    return out
+        info["active_terms_per_doc"] = float(d.getnnz(axis=1).mean())
+    return run, info

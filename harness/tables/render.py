@@ -75,7 +75,7 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
         else:
             diff = abs(c.measured - c.published)
             c.status = "OK" if diff <= tol["ok"] else "OKish" if diff <= tol["okish"] else "FAIL"
-        failed = learning.cell_status(cfg, str(c.system), str(c.dataset)) if learning.applies(c.unit) else None
+        failed = learning.cell_status(cfg, str(c.system), str(c.dataset), c.unit)
         if failed is not None:  # never a verdict against the paper for a model that did not learn
             c.status, c.reason = failed
     return tinfo, cells
