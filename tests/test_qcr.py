@@ -55,6 +55,39 @@ def test_entropy_loss_is_the_entropy_of_the_nearest_codes_and_has_a_gradient():
     assert z.grad is not None and float(z.grad.abs().sum()) > 0  # straight-through: the softmax's gradient
 
 
+def test_losses_in_chunks_equal_the_one_piece_losses_and_their_gradients(monkeypatch):
+    """#28: past LOSS_CHUNK_ELEMENTS distances Eq. 3 and the entropy run in checkpointed row chunks;
+    same values and gradients as one piece, and no piece holds more than the budget."""
+    from harness.methods.qcr import model as qm
+
+    fsq = _fsq()
+    cb = fsq.implicit_codebook.float()
+    g = torch.Generator().manual_seed(3)
+    q0, d0 = torch.randn(6, 4, 5, generator=g) * 2, torch.randn(6, 3, 5, generator=g) * 2
+    pieces = []
+    li = qm._late_interaction
+    monkeypatch.setattr(qm, "_late_interaction", lambda q, d: pieces.append(q.shape[0] * q.shape[1] * d.shape[0] * d.shape[1]) or li(q, d))
+
+    def run(max_elements):
+        q, d = q0.clone().requires_grad_(), d0.clone().requires_grad_()
+        scores = qm.late_interaction(q, d, max_elements)
+        h, _ = qm.entropy_loss(torch.cat([q.reshape(-1, 5), d.reshape(-1, 5)]), cb, max_elements)
+        (torch.nn.functional.cross_entropy(scores, torch.arange(6)) - h).backward()
+        return scores.detach(), h.detach(), q.grad, d.grad
+
+    whole = run(qm.LOSS_CHUNK_ELEMENTS)
+    assert pieces == [6 * 4 * 6 * 3]
+    pieces.clear()
+    budget = 2 * 4 * 6 * 3  # two queries' distances per piece
+    chunked = run(budget)
+    assert pieces and max(pieces) <= budget and len(pieces) >= 3 * 2  # forward + recomputed backward
+    for a, b in zip(whole, chunked):
+        assert torch.allclose(a, b, atol=1e-5), (a, b)
+    assert qm.loss_peak_elements(6, 4, 3125, budget) == max(2 * 4 * 6 * 4, (budget // 3125 or 1) * 3125)
+    # the paper's last stage fits: at most the budget per piece instead of a 1 TB Eq. 3 matrix
+    assert qm.loss_peak_elements(2048, 250, 3125) <= qm.LOSS_CHUNK_ELEMENTS
+
+
 def test_qcr_loss_prefers_aligned_pairs():
     fsq = _fsq()
     cb = fsq.implicit_codebook.float()

@@ -123,9 +123,30 @@ class QCRModel:
         return np.concatenate(out).astype(np.int32) if out else np.zeros((0, k), np.int32)
 
 
-def late_interaction(q, d):
-    """Eq. 3 for every query-document pair: q [B, K, d], d [P, K', d] -> [B, P],
-    ``sum_i max_j -||q_i - d_j||_2``."""
+#: the most float32 distances Eq. 3 or the entropy loss holds at once (512 MB). Above it the loss runs
+#: in row chunks, each under activation checkpointing (its distances are recomputed in the backward
+#: pass instead of kept): at the paper's last stage (batch 2,048, K 250) Eq. 3 alone is a [512,000 x
+#: 512,000] matrix, 1 TB in float32. At or below it the loss is the one-piece computation, bit for bit
+#: (every smoke, small and ci batch is far below).
+LOSS_CHUNK_ELEMENTS = 1 << 27
+
+
+def _rows(n: int, per_row: int, max_elements: int) -> int:
+    """Rows per chunk so that a chunk holds at most ``max_elements`` (at least one row)."""
+    return max(1, max_elements // max(1, per_row)) if n * per_row > max_elements else n
+
+
+def _chunked(fn, x, rows: int, *rest):
+    """``fn(x[i:i+rows], *rest)`` over row chunks, checkpointed when a gradient is being recorded."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    grad = torch.is_grad_enabled() and (x.requires_grad or any(getattr(r, "requires_grad", False) for r in rest))
+    return [checkpoint(fn, x[i:i + rows], *rest, use_reentrant=False) if grad else fn(x[i:i + rows], *rest)
+            for i in range(0, x.shape[0], rows)]
+
+
+def _late_interaction(q, d):
     import torch
 
     b, k, dim = q.shape
@@ -136,19 +157,54 @@ def late_interaction(q, d):
     return (-dist).max(dim=3).values.sum(dim=1)
 
 
-def entropy_loss(z, codebook):
-    """Eq. 4-5: entropy (nats) of the batch-averaged crisp code distribution of the pre-rounded codes
-    ``z`` [N, d] over ``codebook`` [C, d]; forward = one-hot of the nearest entry, backward = the
-    gradient of softmax(-||zeta - z||). Returns (entropy, batch-averaged distribution)."""
+def late_interaction(q, d, max_elements: int = LOSS_CHUNK_ELEMENTS):
+    """Eq. 3 for every query-document pair: q [B, K, d], d [P, K', d] -> [B, P],
+    ``sum_i max_j -||q_i - d_j||_2`` (in query chunks past ``max_elements`` distances)."""
+    import torch
+
+    b, k, _ = q.shape
+    rows = _rows(b, k * d.shape[0] * d.shape[1], max_elements)
+    if rows >= b:
+        return _late_interaction(q, d)
+    return torch.cat(_chunked(_late_interaction, q, rows, d))
+
+
+def _code_probs(z, codebook):
+    """(softmax(-||zeta - z||) over the codebook, one-hot of its arg-max), rows of ``z``."""
     import torch
 
     # the exact-difference form: cdist's matmul form (its default past 25 rows) takes MKL VML's sqrt,
     # whose bits depend on the CPU (harness.numerics); the codebook has only len(levels) dimensions
-    logits = -torch.cdist(z, codebook, compute_mode="donot_use_mm_for_euclid_dist")
-    p = logits.softmax(-1)
-    hard = torch.nn.functional.one_hot(p.argmax(-1), codebook.shape[0]).to(p.dtype)
-    p_star = (hard + p - p.detach()).mean(0)
+    p = (-torch.cdist(z, codebook, compute_mode="donot_use_mm_for_euclid_dist")).softmax(-1)
+    return p, torch.nn.functional.one_hot(p.argmax(-1), codebook.shape[0]).to(p.dtype)
+
+
+def _straight_through_sum(z, codebook):
+    p, hard = _code_probs(z, codebook)
+    return (hard + p - p.detach()).sum(0)
+
+
+def entropy_loss(z, codebook, max_elements: int = LOSS_CHUNK_ELEMENTS):
+    """Eq. 4-5: entropy (nats) of the batch-averaged crisp code distribution of the pre-rounded codes
+    ``z`` [N, d] over ``codebook`` [C, d]; forward = one-hot of the nearest entry, backward = the
+    gradient of softmax(-||zeta - z||). Returns (entropy, batch-averaged distribution). Past
+    ``max_elements`` distances the [N, C] matrices are built in row chunks."""
+    import torch
+
+    rows = _rows(z.shape[0], codebook.shape[0], max_elements)
+    if rows >= z.shape[0]:
+        p, hard = _code_probs(z, codebook)
+        p_star = (hard + p - p.detach()).mean(0)
+    else:
+        p_star = torch.stack(_chunked(_straight_through_sum, z, rows, codebook)).sum(0) / z.shape[0]
     return -(p_star * torch.log(p_star.clamp(min=1e-12))).sum(), p_star.detach()
+
+
+def loss_peak_elements(batch: int, k: int, codebook: int, max_elements: int = LOSS_CHUNK_ELEMENTS) -> int:
+    """The most float32 distances one piece of the QCR loss holds for ``batch`` queries and ``batch``
+    documents of ``k`` codes each (Eq. 3 per query: k x batch x k; the entropy per code: |C|)."""
+    eq3_row, codes = k * batch * k, 2 * batch * k
+    return max(_rows(batch, eq3_row, max_elements) * eq3_row, _rows(codes, codebook, max_elements) * codebook)
 
 
 def qcr_loss(q, d, codebook, *, temperature: float, entropy_weight: float):
