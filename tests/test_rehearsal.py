@@ -1,0 +1,88 @@
+"""The paper rehearsal's backbones (#28): the committed model configurations are the released
+models' shapes, ``config:`` sources build them with random weights, and their offline tokenizers
+have the configurations' vocabulary sizes."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.errors import ConfigError, ResourceError
+from harness.models import backbones as bb
+
+# the released models' parameter counts (their model cards / papers), with the LM head where untied
+PUBLISHED_PARAMS = {
+    "bert-base-uncased": 110e6, "spanbert-base-cased": 108e6, "tct-colbert": 110e6, "contriever": 110e6,
+    "llama32-1b": 1.24e9, "llama32-3b": 3.21e9, "llama31-8b": 8.03e9, "mistral-7b": 7.25e9,
+    "qwen25-1b5": 1.54e9, "qwen25-3b": 3.09e9, "qwen25-7b": 7.62e9, "gemma-2-2b": 2.61e9,
+}
+
+
+def test_every_committed_configuration_has_its_released_models_parameter_count():
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    assert {p.stem for p in bb.CONFIG_DIR.glob("*.json")} == set(PUBLISHED_PARAMS)
+    for name, published in PUBLISHED_PARAMS.items():
+        config = bb.load_config(name, name)
+        cls = AutoModel if config.model_type == "bert" else AutoModelForCausalLM
+        n = bb.parameters_of(config, cls)
+        assert abs(n - published) / published < 0.02, (name, n, published)
+
+
+def test_paper_profile_backbones_all_have_a_configuration():
+    import yaml
+
+    paper = yaml.safe_load((bb.CONFIG_DIR.parents[0] / "profiles" / "paper.yaml").read_text())
+    default = yaml.safe_load((bb.CONFIG_DIR.parents[0] / "default.yaml").read_text())
+    hub = {n for n, s in {**default["backbones"], **paper["backbones"]}.items() if s["source"].startswith("hub:")}
+    rehearsal = yaml.safe_load((bb.CONFIG_DIR.parents[0] / "profiles" / "rehearsal.yaml").read_text())["backbones"]
+    assert hub <= set(rehearsal), hub - set(rehearsal)
+    for name, spec in rehearsal.items():
+        assert spec["source"].startswith("config:") and "tokenizer" in spec, name
+        bb.config_path(name, spec["source"].partition(":")[2])
+
+
+def test_uncased_wordpiece_is_bert_base_uncaseds_own_tokenizer():
+    from transformers import AutoTokenizer
+
+    real = AutoTokenizer.from_pretrained(str(bb._package_dir("cognition", "model")))
+    tok = bb.synthetic_tokenizer("wordpiece-uncased", 30522)
+    assert len(tok) == 30522
+    for text in ("Where was Marie Curie born? In Warsaw.", "The 21,015,324 passages of DPR's Wikipedia."):
+        assert tok(text)["input_ids"] == real(text)["input_ids"]
+
+
+@pytest.mark.parametrize("kind,size", [("wordpiece-cased", 28996), ("byte-bpe", 128256), ("byte-bpe", 32768)])
+def test_offline_tokenizers_have_the_configurations_size_and_round_trip(kind, size):
+    tok = bb.synthetic_tokenizer(kind, size)
+    assert len(tok) == size
+    ids = tok("Where was Marie Curie born?")["input_ids"]
+    assert ids and max(ids) < size
+    if kind == "byte-bpe":
+        text = "Where was Marie Curie born? Ünïcode ok."
+        assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
+        assert tok.eos_token_id is not None and tok.pad_token_id is not None
+        assert bb.synthetic_tokenizer(kind, size).get_vocab() == tok.get_vocab()  # deterministic
+
+
+def test_config_source_builds_random_weights_of_the_configured_shape():
+    cfg = {"backbones": {"b": {"source": "config:bert-base-uncased", "tokenizer": "wordpiece-uncased"}}}
+    model = bb.load_encoder(cfg, "b")
+    assert type(model).__name__ == "BertModel" and model.config.hidden_size == 768
+    assert model.config.num_hidden_layers == 12
+    assert len(bb.load_tokenizer(cfg, "b")) == model.config.vocab_size
+
+
+def test_config_source_refuses_a_model_that_does_not_fit_naming_what_it_needs(monkeypatch):
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda k: 1024 if k == "SC_AVPHYS_PAGES" else real(k))
+    cfg = {"backbones": {"big": {"source": "config:llama31-8b", "tokenizer": "byte-bpe"}}}
+    with pytest.raises(ResourceError, match=r"big.*needs \d+\.\d GiB.*GiB available"):
+        bb.load_encoder(cfg, "big")
+
+
+def test_config_source_errors_name_the_key_and_the_fix():
+    with pytest.raises(ConfigError, match="configs/backbones/.*bert-base-uncased"):
+        bb.load_encoder({"backbones": {"x": {"source": "config:bert-large"}}}, "x")
+    with pytest.raises(ConfigError, match="tokenizer"):
+        bb.load_tokenizer({"backbones": {"x": {"source": "config:bert-base-uncased"}}}, "x")
