@@ -86,3 +86,49 @@ def test_config_source_errors_name_the_key_and_the_fix():
         bb.load_encoder({"backbones": {"x": {"source": "config:bert-large"}}}, "x")
     with pytest.raises(ConfigError, match="tokenizer"):
         bb.load_tokenizer({"backbones": {"x": {"source": "config:bert-base-uncased"}}}, "x")
+
+
+def test_the_rehearsal_plans_every_job_of_the_paper_profile():
+    """Same jobs (stage, id, dataset) as the paper profile: only backbones' weights, data slices and
+    counts change, never which jobs exist (a variant that became its main model's twin would vanish)."""
+    from harness import plan
+    from harness.config import load_config
+
+    paper = plan.get(load_config(["configs/profiles/paper.yaml"]))
+    rehearsal = plan.get(load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"]))
+    assert set(paper.jobs) == set(rehearsal.jobs)
+    for key, job in paper.jobs.items():  # the paper's batch sizes, lengths, precision and index specs stay
+        values = rehearsal.values(rehearsal.jobs[key])
+        for k, v in paper.values(job).items():
+            if k.rsplit(".", 1)[-1] in ("batch_size", "p_max_len", "q_max_len", "precision", "index", "lora", "device"):
+                assert values.get(k) == v, (key, k)
+
+
+def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_path, capsys):
+    """A rehearsal job's cost per unit x the paper profile's count of units (dataset cards, the
+    method's epochs and batch size): DPR's 40 epochs x ceil(58,880 / 128) steps, NQ's 21,015,324
+    passages, NQ test's 3,610 questions; every row says projected."""
+    import json
+
+    from harness import cost
+    from harness.config import load_config
+
+    rec = cost.record("train", {"steps": 2}, 30.0)
+    assert rec["unit"] == "step" and rec["seconds_per_unit"] == 15.0 and rec["host_peak_bytes"] > 0
+    assert cost.record("index", {"documents": 500}, 10.0)["seconds_per_unit"] == 20.0  # per 1,000 documents
+    assert "seconds_per_unit" not in cost.record("measure", {}, 5.0)
+    for folder, meta in {
+        "models/dpr": {"kind": "model", "job": "dpr", "cost": cost.record("train", {"steps": 2}, 30.0)},
+        "indexes/dpr/nq": {"kind": "index", "job": "dpr", "dataset": "nq", "bytes": 1000,
+                           "cost": cost.record("index", {"documents": 500}, 10.0)},
+        "runs/nq/dpr": {"kind": "run", "job": "dpr", "dataset": "nq", "cost": cost.record("search", {"queries": 32}, 3.2)},
+    }.items():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "meta.json").write_text(json.dumps(meta))
+    rows = {r["stage"]: r for r in cost.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)}
+    assert rows["train"]["seconds"] == 15.0 * 40 * 460 and rows["train"]["kind"] == "projected"
+    assert abs(rows["index"]["seconds"] - 20.0 * 21015.324) < 1e-6
+    assert abs(rows["search"]["seconds"] - 0.1 * 3610) < 1e-6
+    assert cost.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out
