@@ -1,9 +1,12 @@
 """BEIR test sets (queries, qrels, corpus) in the layout of Anserini's copies.
 
 Files are resolved cache -> mirror -> official URL. The queries and qrels are Anserini's
-``topics.beir-v1.0.0-<name>.test.tsv.gz`` and ``qrels.beir-v1.0.0-<name>.test.txt``. A
-corpus in BEIR's corpus.jsonl layout is read from the mirror (``beir/<name>/corpus.jsonl.gz``);
-without one, ir_datasets downloads the official BEIR zip (needs internet).
+``topics.beir-v1.0.0-<name>.test.tsv.gz`` and ``qrels.beir-v1.0.0-<name>.test.txt`` (TSV/TREC, not
+BEIR's queries.jsonl / qrels/<split>.tsv, so the harness reads them). A corpus in BEIR's
+corpus.jsonl layout is read from the mirror (``beir/<name>/corpus.jsonl.gz``), checksummed by
+:func:`harness.datasets.download.fetch`, then loaded by BEIR's own
+``beir.datasets.data_loader.GenericDataLoader`` (:func:`_corpus_from_jsonl_gz`); without one,
+ir_datasets downloads the official BEIR zip (needs internet) and streams its corpus.
 """
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from typing import Any
 from harness.datasets import Doc, Query, store
 from harness.datasets.download import RemoteFile, Unavailable, fetch
 from harness.errors import DataError
-from harness.io import iter_jsonl
 from harness.settings import mirror_dirs
 
 ANSERINI_TOOLS = "https://raw.githubusercontent.com/castorini/anserini-tools/5b819c1a45c8a0a3ec9426f476694f44a29dfaf3"
@@ -78,14 +80,38 @@ def read_topics(path: Path) -> list[Query]:
 
 
 def _corpus_from_jsonl_gz(path: Path) -> Iterator[Doc]:
+    """The documents of a BEIR ``corpus.jsonl.gz`` (already checksummed), read by BEIR's
+    ``GenericDataLoader.load_corpus``, in file order, as ``Doc(str(_id), title or "", text)``.
+
+    GenericDataLoader reads only an uncompressed ``*.jsonl``, so the file is decompressed into a
+    temporary folder first (blank lines left out: BEIR's loader would fail on them; the harness's
+    reader skipped them). Its dict keeps one entry per ``_id`` (a repeated id silently overwrites
+    the first): a repeat is a DataError here, as the harness's reader made it, and so is a record
+    without ``_id`` or ``text`` (BEIR's loader would store None)."""
+    import json
     import tempfile
 
-    with gzip.open(path, "rt", encoding="utf-8") as src, tempfile.NamedTemporaryFile("w", suffix=".jsonl") as tmp:
-        for line in src:
-            tmp.write(line)
-        tmp.flush()
-        for rec in iter_jsonl(Path(tmp.name)):
-            yield Doc(str(rec["_id"]), rec.get("title") or "", rec["text"])
+    from beir.datasets.data_loader import GenericDataLoader
+
+    with tempfile.TemporaryDirectory(prefix="beir-corpus-") as tmp:
+        plain = Path(tmp) / "corpus.jsonl"
+        lines = 0
+        with gzip.open(path, "rt", encoding="utf-8") as src, open(plain, "w", encoding="utf-8") as dst:
+            for line in src:
+                if line.strip():
+                    dst.write(line if line.endswith("\n") else line + "\n")
+                    lines += 1
+        try:
+            corpus = GenericDataLoader(corpus_file=str(plain)).load_corpus()
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: invalid JSON in a corpus record ({exc})") from None
+    if len(corpus) != lines:
+        raise DataError(f"{path}: {lines - len(corpus)} documents repeat an earlier document's _id",
+                        fix="ids must be unique within a file; the file may be damaged or concatenated twice")
+    for did, rec in corpus.items():
+        if did is None or rec.get("text") is None:
+            raise DataError(f"{path}: a BEIR document needs '_id' and 'text' (document {did!r})")
+        yield Doc(str(did), rec.get("title") or "", rec["text"])
 
 
 def _corpus_from_ir_datasets(name: str) -> Iterator[Doc]:

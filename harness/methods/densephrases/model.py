@@ -116,8 +116,11 @@ class PhraseModel:
         self.phrase.save_pretrained(folder / ENCODERS[0])
         self.tok.save_pretrained(folder / ENCODERS[0])
         if not self.shared:
-            self.q_start.save_pretrained(folder / ENCODERS[1])
-            self.q_end.save_pretrained(folder / ENCODERS[2])
+            # each encoder folder is a complete transformers folder (AutoModel/AutoTokenizer.from_pretrained):
+            # without its tokenizer files, AutoTokenizer on question_start/_end silently builds a 5-token vocabulary
+            for enc, name in ((self.q_start, ENCODERS[1]), (self.q_end, ENCODERS[2])):
+                enc.save_pretrained(folder / name)
+                self.tok.save_pretrained(folder / name)
         torch.save(self.filter.state_dict(), folder / HEADS_FILE)
         (folder / INFO_FILE).write_text(json.dumps({"shared_encoder": self.shared, "split_vectors": self.split,
                                                     "dim": self.dim}, indent=1))
