@@ -24,6 +24,28 @@ from harness.job import Stage
 UNITS = {"train": ("steps", "step", 1), "index": ("documents", "1k documents", 1000), "search": ("queries", "query", 1)}
 
 
+#: this process's device fallbacks: whether the job may take them (config ``device_fallback``, set by
+#: harness.stages before the step) and those it took (meta.json ``fallbacks``)
+_FALLBACK: dict[str, Any] = {"allowed": False, "taken": []}
+
+
+def allow_fallbacks(allowed: bool) -> None:
+    """Start a job: fallbacks allowed or not, none taken yet."""
+    _FALLBACK.update(allowed=bool(allowed), taken=[])
+
+
+def fallback(what: str) -> bool:
+    """Whether the job may run ``what`` (e.g. "device cuda -> cpu: no CUDA device") instead of what its
+    config asks; recorded when it may. The caller raises its own error when it may not."""
+    if _FALLBACK["allowed"] and what not in _FALLBACK["taken"]:
+        _FALLBACK["taken"].append(what)
+    return bool(_FALLBACK["allowed"])
+
+
+def fallbacks() -> list[str]:
+    return list(_FALLBACK["taken"])
+
+
 def peaks() -> dict[str, Any]:
     """Peak resident memory of this process (bytes) and, where torch used a GPU here, its peak
     allocated GPU memory and the device's name."""

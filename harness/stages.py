@@ -53,6 +53,9 @@ def run_stage(stage: str, argv: list[str]) -> int:
 
     announce(cfg, job)
     fn = getattr(importlib.import_module(job.module), job.step)
+    from harness import cost
+
+    cost.allow_fallbacks(cfg.get("device_fallback", False))  # the rehearsal: cuda -> cpu, fp16 -> fp32, recorded
     view, reads = recording(cfg)  # which settings the step reads: meta.json settings_read
     ctx = Context(view, job.method, job.dataset)
     t0 = time.perf_counter()
@@ -66,9 +69,9 @@ def run_stage(stage: str, argv: list[str]) -> int:
 
             info["learning"] = {"init_checkpoint": bool(job.params.get("init")), "loss": loss_check(tmp)}
         info["step_seconds"] = round(time.perf_counter() - t_step, 4)  # the method's own work, imports included
-        from harness.cost import record
-
-        info["cost"] = record(stage, info, info["step_seconds"])  # seconds per unit, peaks (python -m harness estimate)
+        info["cost"] = cost.record(stage, info, info["step_seconds"])  # seconds per unit, peaks (python -m harness estimate)
+        if cost.fallbacks():
+            info["fallbacks"] = cost.fallbacks()
         unhashed = p.unhashed_reads(job, reads)  # a harness bug if any: the artifact goes stale when one changes
         write_meta(tmp, Stage(stage).artifact, spec=info.pop("spec", job.id), config_hash=p.hash(job),
                    seconds=time.perf_counter() - t0,

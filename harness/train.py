@@ -144,7 +144,12 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: cuda, but torch sees no CUDA device", fix="set device: cpu (or auto)")
+        from harness.cost import fallback
+
+        if fallback("device cuda -> cpu: torch sees no CUDA device"):
+            return "cpu"
+        raise ConfigError("device: cuda, but torch sees no CUDA device",
+                          fix="set device: cpu (or auto), or device_fallback: true to run it on the CPU")
     return device
 
 
@@ -152,12 +157,17 @@ def _accelerator(ts: TrainSettings, device: str):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
-    if ts.precision == "fp16" and device != "cuda":
-        raise ConfigError("precision: fp16 needs device: cuda", fix="use precision: bf16 or fp32 on the CPU")
+    precision = ts.precision
+    if precision == "fp16" and device != "cuda":
+        from harness.cost import fallback
+
+        if not fallback("precision fp16 -> fp32: fp16 needs device cuda"):
+            raise ConfigError("precision: fp16 needs device: cuda", fix="use precision: bf16 or fp32 on the CPU")
+        precision = "fp32"
     # accelerate keeps its state in process-wide singletons; each run sets its own device/precision
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
-    return Accelerator(cpu=device == "cpu", mixed_precision=PRECISIONS[ts.precision])
+    return Accelerator(cpu=device == "cpu", mixed_precision=PRECISIONS[precision])
 
 
 def _mean_parts(window: list[Mapping[str, float]]) -> dict[str, float]:

@@ -132,3 +132,21 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert cost.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out
+
+
+def test_device_fallback_runs_on_the_cpu_and_records_it_or_fails_naming_the_setting():
+    import torch
+
+    from harness import cost
+    from harness.train import resolve_device
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: nothing to fall back from")
+    cost.allow_fallbacks(False)
+    with pytest.raises(ConfigError, match="device_fallback"):
+        resolve_device("cuda")
+    cost.allow_fallbacks(True)
+    assert resolve_device("cuda") == "cpu" and resolve_device("cuda") == "cpu"
+    assert cost.fallbacks() == ["device cuda -> cpu: torch sees no CUDA device"]
+    cost.allow_fallbacks(False)
+    assert cost.fallbacks() == []
