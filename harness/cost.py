@@ -12,10 +12,11 @@ says it is projected, and from which hardware.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from harness.job import Stage
@@ -44,6 +45,63 @@ def fallback(what: str) -> bool:
 
 def fallbacks() -> list[str]:
     return list(_FALLBACK["taken"])
+
+
+def mem_available() -> int | None:
+    """Bytes of MemAvailable (/proc/meminfo), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _vm_size() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+_OOM_MARKS = ("can't allocate memory", "not enough memory", "out of memory", "cannot allocate memory")
+
+
+@contextlib.contextmanager
+def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
+    """Run ``what`` (e.g. "train dpr") with its address space capped at what it has plus the memory
+    the machine has available, so that a job too large for the machine fails with one line naming the
+    memory it had and what it was allocating (ResourceError), instead of the kernel's OOM killer
+    ending it (or another process) without a word. POSIX only; a no-op where limits cannot be set."""
+    from harness.errors import ResourceError
+
+    avail = mem_available() if enabled else None
+    try:
+        old = resource.getrlimit(resource.RLIMIT_AS)
+        if avail is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + avail, old[1]))
+    except (ValueError, OSError):
+        avail = None
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if avail is None or not (isinstance(exc, MemoryError) or any(m in text.lower() for m in _OOM_MARKS)):
+            raise
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        raise ResourceError(f"{what}: out of memory at this shape ({text[:200]}); it held {peak / 2**30:.1f} GiB at its "
+                            f"peak, the machine had {avail / 2**30:.1f} GiB available when it started",
+                            fix="run it where there is more memory (a GPU node for cuda jobs), or shrink its batch "
+                                "in the profile") from None
+    finally:
+        if avail is not None:
+            resource.setrlimit(resource.RLIMIT_AS, old)
 
 
 def peaks() -> dict[str, Any]:

@@ -62,8 +62,8 @@ def run_stage(stage: str, argv: list[str]) -> int:
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
         t_step = time.perf_counter()
-        with _init_only(job):  # a learning check's control: the model before training (harness.learning)
-            info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})
+        with _init_only(job), cost.memory_guard(f"{stage} {job.id}", cfg.get("device_fallback", False)):
+            info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})  # (_init_only: harness.learning's control)
         if stage == "train":
             from harness.train import loss_check
 

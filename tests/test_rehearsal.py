@@ -150,3 +150,21 @@ def test_device_fallback_runs_on_the_cpu_and_records_it_or_fails_naming_the_sett
     assert cost.fallbacks() == ["device cuda -> cpu: torch sees no CUDA device"]
     cost.allow_fallbacks(False)
     assert cost.fallbacks() == []
+
+
+def test_a_job_too_large_for_the_machine_fails_naming_its_memory():
+    import torch
+
+    from harness import cost
+
+    avail = cost.mem_available()
+    if avail is None:
+        pytest.skip("no /proc/meminfo")
+    big = avail + (1 << 31)  # more than is available; untouched, the kernel's overcommit grants it uncapped
+    assert torch.empty(big, dtype=torch.uint8).numel() == big
+    with pytest.raises(ResourceError, match=r"train big: out of memory at this shape .*GiB at its peak.*GiB available"):
+        with cost.memory_guard("train big"):
+            torch.empty(big, dtype=torch.uint8)
+    assert torch.empty(big, dtype=torch.uint8).numel() == big  # the cap is lifted afterwards
+    with cost.memory_guard("train small"):
+        assert torch.ones(1000).sum() == 1000
