@@ -85,7 +85,7 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
     try:
         old = resource.getrlimit(resource.RLIMIT_AS)
         if avail is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + avail, old[1]))
+            resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + int(avail * 0.9), old[1]))  # room for the others
     except (ValueError, OSError):
         avail = None
     try:
