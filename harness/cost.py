@@ -174,6 +174,9 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
     if job.stage == "train":
         if job.params.get("init"):
             return 1.0, "the initial checkpoint: one step at learning rate 0"
+        grid = _setting(values, m, "grid") or {}
+        if str(job.params.get("variant", "")).startswith("grid-") and grid.get("steps"):
+            return float(grid["steps"]), "the grid model's steps"  # QCR Figure 3: one stage of grid.steps
         if _setting(values, m, "schedule"):
             return float(sum(st["steps"] for st in _setting(values, m, "schedule"))), "the schedule's steps"
         if _setting(values, m, "max_steps"):
