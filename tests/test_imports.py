@@ -156,7 +156,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "harness.io", "harness.stats")),
     ("settings", ("harness.settings", "harness.meta", "harness.numerics")),
     ("records", ("harness.job", "harness.recording", "harness.runs", "harness.artifacts", "harness.figures",
-                 "harness.timing", "harness.train", "harness.models", "harness.published")),
+                 "harness.timing", "harness.cost", "harness.train", "harness.models", "harness.published")),
     ("data", ("harness.datasets", "harness.decontam")),
     ("evaluation", ("harness.evaluate",)),
     ("indexes", ("harness.indexes", "harness.fusion", "harness.rerank")),
@@ -164,7 +164,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("config", ("harness.config",)),
     ("plan", ("harness.plan",)),
     ("tables", ("harness.measured", "harness.tables", "harness.claims", "harness.regress", "harness.learning")),
-    ("applications", ("harness.stages", "harness.workflow", "harness.report", "harness.api", "harness.bench")),
+    ("applications", ("harness.stages", "harness.workflow", "harness.report", "harness.api", "harness.bench",
+                      "harness.estimate")),
     ("commands", ("harness.cli", "harness.__main__", "harness.warm")),
 ]
 

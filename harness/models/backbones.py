@@ -191,11 +191,10 @@ def _bpe_text() -> list[str]:
     questions and the uncased WordPiece words."""
     import json
 
-    from harness.datasets.smoke import FIXTURE as FIXTURE_DIR
-
     lines = []
+    fixture = Path(__file__).resolve().parents[1] / "datasets" / "smoke"  # the smoke fixture's files (no import)
     for f in ("corpus.jsonl", "questions.jsonl"):
-        for ln in (FIXTURE_DIR / f).read_text(encoding="utf-8").splitlines():
+        for ln in (fixture / f).read_text(encoding="utf-8").splitlines():
             rec = json.loads(ln)
             lines.append(" ".join(str(rec.get(k, "")) for k in ("title", "text", "question") if rec.get(k)))
     lines.append(" ".join(w for w in _uncased_vocab() if w.isalpha()))

@@ -1,0 +1,217 @@
+"""``python -m harness estimate``: the cost of a profile's jobs projected from a rehearsal's measured
+ones (each job's meta.json ``cost``, :mod:`harness.cost`; #28). A rehearsal job's seconds per unit
+(optimizer step at the paper's batch, 1,000 documents, query) x the profile's count of units (the
+dataset cards' corpus and split sizes, the job's own epochs, batch size, schedule); every figure is
+labelled projected, with the hardware it was measured on.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from harness.cost import UNITS
+from harness.job import Stage
+
+
+def _card(cfg: Mapping[str, Any], dataset: str | None) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    """(the card of ``dataset`` in configs/datasets.yaml, its config): the config's ``card``, the
+    BEIR card of its ``name``, its family's card, or its own key; an empty card where none is."""
+    from harness.datasets import catalog
+
+    dcfg = cfg["datasets"].get(dataset or "", {})
+    cards = catalog.load_catalog()["datasets"]
+    for key in (dcfg.get("card"), dcfg.get("name") and f"beir-{dcfg['name']}", dcfg.get("family"), dataset):
+        if key and key in cards:
+            return cards[key], dcfg
+    return {}, dcfg
+
+
+def _records(cfg: Mapping[str, Any], dataset: str | None, split: str) -> int | None:
+    """Records of ``split`` of ``dataset``'s card (the config's ``splits`` name it), None where unknown."""
+    card, dcfg = _card(cfg, dataset)
+    want = (dcfg.get("splits") or {}).get(split, split)
+    return ((card.get("splits") or {}).get(want) or {}).get("records")
+
+
+def _documents(cfg: Mapping[str, Any], dataset: str | None) -> int | None:
+    """Documents of ``dataset``'s corpus (its own card's or the card its ``corpus_ref`` names)."""
+    from harness.datasets import catalog
+
+    card, _ = _card(cfg, dataset)
+    corpus = card.get("corpus") or {}
+    if not corpus and card.get("corpus_ref"):
+        corpus = catalog.card(card["corpus_ref"]).get("corpus") or {}
+    return corpus.get("documents")
+
+
+def _setting(values: Mapping[str, Any], method: str, key: str, default: Any = None) -> Any:
+    return values.get(f"methods.{method}.{key}", values.get(f"{method}.{key}", default))
+
+
+def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
+    """How many units of its stage's work ``job`` does in the full profile ``cfg`` (from the job's own
+    hashed settings, its variant's included, and the dataset cards' counts), and how that was
+    counted; None where the cards do not say."""
+    from harness import plan
+
+    values = plan.get(cfg).values(job)
+    m = job.method
+    if job.stage == "train":
+        if job.params.get("init"):
+            return 1.0, "the initial checkpoint: one step at learning rate 0"
+        grid = _setting(values, m, "grid") or {}
+        if str(job.params.get("variant", "")).startswith("grid-") and grid.get("steps"):
+            return float(grid["steps"]), "the grid model's steps"  # QCR Figure 3: one stage of grid.steps
+        if _setting(values, m, "schedule"):
+            return float(sum(st["steps"] for st in _setting(values, m, "schedule"))), "the schedule's steps"
+        if _setting(values, m, "max_steps"):
+            return float(_setting(values, m, "max_steps")), "max_steps"
+        sets = _setting(values, m, "train_datasets") or [_setting(values, m, "train_dataset")]
+        counts = [_records(cfg, ds, "train") for ds in sets]
+        ds = ", ".join(str(d) for d in sets)
+        n = None if None in counts else sum(counts)
+        batch = _setting(values, m, "batch_size")
+        if n is None or not batch:
+            return None, f"no train record count for {ds}"
+        if _setting(values, m, "max_train_questions"):
+            n = min(n, int(_setting(values, m, "max_train_questions")))
+        per = int(batch) * int(_setting(values, m, "grad_accum", 1) or 1)
+        epochs = int(_setting(values, m, "epochs", 1) or 1)
+        return float(epochs * math.ceil(n / per)), f"{epochs} epochs x ceil({n:,} / {per})"
+    if job.stage == "index":
+        n = _documents(cfg, job.dataset)
+        return (n / 1000, f"{n:,} documents") if n else (None, f"no document count for {job.dataset}")
+    if job.stage == "search":
+        n = _records(cfg, job.dataset, "test")
+        return (float(n), f"{n:,} test queries") if n else (None, f"no test query count for {job.dataset}")
+    return None, "not scaled (as measured)"
+
+
+def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any]) -> dict[str, Any]:
+    """One job's projected cost in profile ``cfg`` from its measured ``cost`` (a rehearsal job's)."""
+    units, how = paper_units(cfg, job)
+    out = {"job": job.id, "stage": job.stage, "dataset": job.dataset or "", "kind": "projected",
+           "measured_seconds": cost.get("seconds"), "how": how,
+           "host_peak_gib": round(cost.get("host_peak_bytes", 0) / 2**30, 2),
+           "gpu_peak_gib": round(cost["gpu_peak_bytes"] / 2**30, 2) if "gpu_peak_bytes" in cost else None,
+           "hardware": cost.get("gpu") or "cpu"}
+    if units is not None and cost.get("seconds_per_unit") is not None:
+        out["seconds"] = cost["seconds_per_unit"] * units
+    elif units is None and job.stage not in UNITS:
+        out["seconds"] = cost.get("seconds")
+    else:
+        out["seconds"] = None
+    return out
+
+
+# ---- python -m harness estimate -------------------------------------------------------------------
+
+#: what the papers state of their own compute, printed beside the projection (job id, dataset, text)
+PAPERS_OWN = {
+    ("svdr.emb", "nq"): "SVDR App. B: E_θ(D), encoding the 21M passages, 23.7 GPU-hours",
+    ("svdr.token", "nq"): "SVDR App. B: T(D), the binary token index of the 21M passages, 1.1 CPU-hours",
+}
+
+
+def measured_jobs(root: Any) -> list[dict[str, Any]]:
+    """Every finished job's meta.json under ``root`` that has a ``cost`` (train, index, search, measure)."""
+    import json
+    from pathlib import Path
+
+    out = []
+    for meta in sorted(Path(root).rglob("meta.json")):
+        try:
+            d = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and "cost" in d and d.get("job") and Stage.writing(str(d.get("kind"))) is not None:
+            out.append({**d, "_path": str(meta)})
+    return out
+
+
+def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
+    """A projected row per measured job of ``root`` that the plan of ``cfg`` has (same stage, id, dataset)."""
+    from harness import plan
+    from harness.errors import ConfigError
+
+    p = plan.get(cfg)
+    rows = []
+    for d in measured_jobs(root):
+        stage = str(Stage.writing(d["kind"]))
+        try:
+            job = p.job(stage, d["job"], d.get("dataset"))
+        except ConfigError:
+            continue
+        row = project(cfg, job, d["cost"])
+        hw = d.get("hardware") or {}
+        if row["hardware"] == "cpu" and hw.get("cpu"):
+            row["hardware"] = f"{hw['cpu']} ({hw.get('cpus', '?')} cores)"
+        row["papers_own"] = PAPERS_OWN.get((job.id, job.dataset or ""), "")
+        row["fallbacks"] = "; ".join(d.get("fallbacks", []))
+        row["bytes"] = d.get("bytes")
+        rows.append(row)
+    return rows
+
+
+def failures(root: Any) -> list[tuple[str, str]]:
+    """(log, its error line) of every job under ``root`` whose log ends in the harness's one-line
+    error (``error: ...``) and that left no finished artifact (a rerun that succeeded is not listed)."""
+    from pathlib import Path
+
+    out = []
+    for log in sorted(Path(root).glob("logs/*/*.log")):
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.startswith("error:")]
+        if lines:
+            out.append((str(log.relative_to(root)), lines[-1][:400]))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """``python -m harness estimate --config configs/profiles/paper.yaml [--measured DIR] [--gpus N]``"""
+    import argparse
+    from pathlib import Path
+
+    import pandas as pd
+
+    from harness.config import add_config_argument, load_config
+    from harness.errors import DataError
+
+    ap = argparse.ArgumentParser(prog="python -m harness estimate",
+                                 description="project the cost of a profile's jobs from a rehearsal's measured costs")
+    add_config_argument(ap)
+    ap.add_argument("--measured", type=Path, default=None,
+                    help="results folder of the rehearsal (default: <results_dir>/rehearsal)")
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs of the wall-time projection (default 8)")
+    ap.add_argument("--csv", type=Path, default=None, help="also write the per-job table here")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    root = args.measured or Path(cfg["results_dir"]) / "rehearsal"
+    rows = estimate(cfg, root)
+    if not rows:
+        raise DataError(f"{root}: no finished rehearsal job with a cost in its meta.json",
+                        fix="run the rehearsal first: snakemake --cores all reproduce_all --configfile "
+                            "configs/profiles/paper.yaml configs/profiles/rehearsal.yaml")
+    df = pd.DataFrame(rows)
+    df["hours"] = df["seconds"] / 3600
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    show = df[["stage", "job", "dataset", "measured_seconds", "how", "hours", "host_peak_gib", "gpu_peak_gib",
+               "hardware", "papers_own"]]
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
+        print(show.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
+    failed = failures(root)
+    if failed:
+        print(f"\n{len(failed)} job(s) of the rehearsal failed (their logs' error lines):")
+        for log, line in failed:
+            print(f"  {log}: {line}")
+    known = df.dropna(subset=["seconds"])
+    hw = ", ".join(sorted(set(df["hardware"])))
+    print(f"\nprojected (kind: projected; measured on {hw}; per-unit costs of the rehearsal x the profile's counts;"
+          f" a slice's fixed start-up (imports, JVM, model load) is priced per unit too, so small slices over-project):")
+    print(f"  jobs measured: {len(df)}; projected: {len(known)}; no count to project from: {len(df) - len(known)}")
+    print(f"  total: {known['hours'].sum():,.1f} hours of job time; on {args.gpus} workers at best "
+          f"{known['hours'].sum() / args.gpus:,.1f} hours wall (no dependency waits)")
+    print(f"  peak host memory {df['host_peak_gib'].max():.1f} GiB"
+          + (f", peak GPU memory {df['gpu_peak_gib'].max():.1f} GiB" if df["gpu_peak_gib"].notna().any() else ""))
+    return 0
