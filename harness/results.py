@@ -129,7 +129,7 @@ def _check_paper(paper: str | None) -> None:
     from harness.published import PAPERS
 
     if paper is not None and paper not in PAPERS:
-        raise ConfigError(f"unknown paper {paper!r}; papers: {', '.join(PAPERS)}", fix="pass one of them as paper=")
+        raise ConfigError(f"unknown paper {paper!r}; papers: {', '.join(PAPERS)}", fix="name one of them (paper=... or --paper)")
 
 
 def _records(results_dir: Path | str | None, profile: str | None,
@@ -200,6 +200,8 @@ def claims(profile: str | None = None, paper: str | None = None,
     for col in CLAIM_NUMBERS:
         if col in df:
             df[col] = pd.to_numeric(df[col].replace("", None), errors="coerce")
+    if "n" in df:
+        df["n"] = df["n"].astype("Int64")   # a count; missing where no test applies
     if paper is not None:
         df = df[df["paper"] == paper].reset_index(drop=True)
     return df
