@@ -16,7 +16,9 @@
 Its input is what the table and claims rules wrote: ``<results_dir>/<profile>/tables/<paper>/<table>.json``
 (:func:`harness.tables.render.to_record`) and ``<results_dir>/claims/<profile>.csv``, for the profile
 being reported and every other profile found under ``<results_dir>`` (smoke, small, paper, ...), so a
-table page shows the profiles side by side. ``results/index.html`` points to the site.
+table page shows the profiles side by side; the records are read by :mod:`harness.results`, and the table
+pages' cells are the rows of its frame (what :func:`harness.results.load` returns). ``results/index.html``
+points to the site.
 """
 from __future__ import annotations
 

@@ -5,6 +5,9 @@
 status — OK / OKish / FAIL by the matrix's tolerance when we measured the paper's own dataset;
 "stand-in" when a substitute dataset was measured (the difference is shown but says little);
 "not run" with the reason; "published only" for systems outside the five papers.
+
+The CSV and markdown are written from the table's cells as a DataFrame (:func:`harness.results.record_frame`
+of the record :func:`to_record` makes), the frame :func:`harness.results.load` reads back and the report shows.
 """
 from __future__ import annotations
 
