@@ -240,9 +240,12 @@ def perquery(system: str, dataset: str, measure: str, profile: str | None = None
     evals: list[Path] = []
     records = read_records(root).get(profile, {})
     if records:
-        evals = sorted({Path(c["source"]) for c in rows(cells_frame({profile: records}))
-                        if c["system"] == system and c["dataset"] == dataset and c["source"]
-                        and Path(c["source"]).suffix == ".json" and Path(c["source"]).parent.parent.parent.name == "eval"})
+        # a record names its source as the table rule saw it (results/<profile>/eval/<dataset>/<job>/<system>.json,
+        # relative to where the DAG ran): the same file under this results folder
+        srcs = [Path(c["source"]) for c in rows(cells_frame({profile: records}))
+                if c["system"] == system and c["dataset"] == dataset and c["source"]]
+        evals = sorted({proot / "eval" / f.parent.parent.name / f.parent.name / f.name for f in srcs
+                        if f.suffix == ".json" and f.parent.parent.parent.name == "eval"})
     if not evals:
         evals = sorted(f for f in (proot / "eval" / dataset).glob(f"*/{system}.json") if "@" not in f.parent.name)
     if not evals:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -197,7 +198,7 @@ def test_claims_frame(tree, tmp_path):
         results.claims(profile="small", results_dir=tmp_path)
 
 
-def test_perquery_reads_the_evaluate_rules_file(tree, tmp_path):
+def test_perquery_reads_the_evaluate_rules_file(tree, tmp_path, monkeypatch):
     ev = locate(tree, "dpr", "smoke", "Success@1")[0][0]
     write_per_query(ev.with_name("dpr.perquery.tsv.gz"), {"q2": {"Success@20": 0.0, "nDCG@10": 0.25},
                                                            "q1": {"Success@20": 1.0, "nDCG@10": 0.5}})
@@ -209,6 +210,17 @@ def test_perquery_reads_the_evaluate_rules_file(tree, tmp_path):
     df = results.perquery("dpr", "smoke", "Success@20", results_dir=tmp_path)
     assert list(df.columns) == ["query_id", "value"]
     assert list(df["query_id"]) == ["q1", "q2"] and list(df["value"]) == [1.0, 0.0]
+    # a tree rendered elsewhere: its records name sources relative to where the DAG ran (results/...)
+    copy = tmp_path / "elsewhere" / "results"
+    shutil.copytree(tmp_path / "smoke", copy / "smoke")
+    rec_path = copy / "smoke" / "tables" / "svdr" / "1.json"
+    rec = json.loads(rec_path.read_text())
+    for c in rec["cells"]:
+        if "provenance" in c:
+            c["provenance"]["source"] = "results/" + str(Path(c["provenance"]["source"]).relative_to(tmp_path))
+    rec_path.write_text(json.dumps(rec))
+    monkeypatch.chdir(tmp_path)   # where results/smoke/... does not exist
+    assert list(results.perquery("dpr", "smoke", "Success@20", results_dir=copy)["value"]) == [1.0, 0.0]
     assert results.perquery("dpr", "smoke", "nDCG@10", profile="smoke", results_dir=tmp_path)["value"].mean() \
         == pytest.approx(0.375)
     with pytest.raises(DataError, match=r"bm25\.perquery\.tsv\.gz is missing.*--forcerun evaluate"):
