@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "published": ("harness.published", "print the published numbers of a paper"),
     "regress": ("harness.regress", "compare measured values with configs/expected/<profile>.yaml"),
     "claims": ("harness.claims", "evaluate configs/claims.yaml on measured values"),
+    "results": ("harness.results", "export every rendered table cell (or --claims) as csv, parquet or md (harness.results)"),
     "learning": ("harness.learning", "the learning check of every trained model (loss fell; beats its initial checkpoint)"),
     "decontam": ("harness.stages:decontam", "remove test-set near-duplicates from training queries"),
     "decontam-report": ("harness.stages:decontam_report", "render LightRetriever Tables 6/7 for this profile's decontamination"),

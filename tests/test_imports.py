@@ -149,7 +149,8 @@ def test_every_name_a_module_exports_exists():
 # config, composes the schemas the dataset families, index backends and methods register, so it
 # sits above them; a dataset owns its answer rule (harness.datasets.answers), which evaluation,
 # negative mining and training read; plans are made of the methods' jobs; tables and claims read
-# what plans produce; the applications (the stage commands, the workflow's helpers, the site, the
+# what plans produce (harness.results reads the rendered tables back as frames, and the renderers write
+# from them); the applications (the stage commands, the workflow's helpers, the site, the
 # Python API, the benchmarks) drive all of it, and the command line dispatches to them.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("harness", "harness.errors", "harness.units", "harness.registry", "harness.progress",
@@ -163,7 +164,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("methods", ("harness.methods", "harness.negatives")),
     ("config", ("harness.config",)),
     ("plan", ("harness.plan",)),
-    ("tables", ("harness.measured", "harness.tables", "harness.claims", "harness.regress", "harness.learning")),
+    ("tables", ("harness.measured", "harness.tables", "harness.claims", "harness.regress", "harness.learning",
+                "harness.results")),
     ("applications", ("harness.stages", "harness.workflow", "harness.report", "harness.api", "harness.bench",
                       "harness.estimate")),
     ("commands", ("harness.cli", "harness.__main__", "harness.warm")),

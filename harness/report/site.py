@@ -16,7 +16,9 @@
 Its input is what the table and claims rules wrote: ``<results_dir>/<profile>/tables/<paper>/<table>.json``
 (:func:`harness.tables.render.to_record`) and ``<results_dir>/claims/<profile>.csv``, for the profile
 being reported and every other profile found under ``<results_dir>`` (smoke, small, paper, ...), so a
-table page shows the profiles side by side. ``results/index.html`` points to the site.
+table page shows the profiles side by side; the records are read by :mod:`harness.results`, and the table
+pages' cells are the rows of its frame (what :func:`harness.results.load` returns). ``results/index.html``
+points to the site.
 """
 from __future__ import annotations
 
@@ -31,9 +33,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import results
 from harness.config import add_config_argument, load_config
 from harness.errors import ConfigError, DataError
-from harness.io import atomic_path, atomic_write_text, read_json
+from harness.io import atomic_path, atomic_write_text
 from harness.tables.render import SHOW_UNIT, format_measured
 
 #: status -> CSS class; every status is also printed as its word (the page reads without colour)
@@ -82,21 +85,9 @@ def profile_order(found: list[str], primary: str) -> list[str]:
 
 
 def discover(results_dir: Path) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
-    """profile -> (paper, table) -> the table's record, for every profile that rendered tables."""
-    out: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
-    if not results_dir.is_dir():
-        return out
-    for prof in sorted(results_dir.iterdir()):
-        tables = prof / "tables"
-        if not tables.is_dir():
-            continue
-        for path in sorted(tables.glob("*/*.json")):
-            rec = read_json(path)
-            if not isinstance(rec, dict) or "cells" not in rec or "paper" not in rec:
-                raise DataError(f"{path}: not a table record (no 'paper'/'cells')",
-                                fix=f"render the table again: snakemake --cores all {path.parent.name}_table...")
-            out.setdefault(rec.get("profile", prof.name), {})[(rec["paper"], rec["table"])] = rec
-    return out
+    """profile -> (paper, table) -> the table's record, for every profile that rendered tables
+    (:func:`harness.results.read_records`, which :func:`harness.results.load` reads too)."""
+    return results.read_records(results_dir)
 
 
 def read_claims(results_dir: Path, profiles: list[str], kind: str = "claims") -> dict[str, list[dict[str, str]]]:
@@ -141,8 +132,9 @@ def status_span(status: str) -> str:
     return f"<span class='status {STATUS_CLASS.get(status, 'text')}'>{esc(status)}</span>"
 
 
-def counts(rec: Mapping[str, Any]) -> Counter:
-    return Counter(c["status"] for c in rec["cells"] if c["status"] in COUNTED)
+def counts(cells: list[Mapping[str, Any]]) -> Counter:
+    """How many of ``cells`` (rows of the frame) have each counted status."""
+    return Counter(c["status"] for c in cells if c["status"] in COUNTED)
 
 
 def counts_html(cnt: Counter) -> str:
@@ -153,12 +145,12 @@ def counts_html(cnt: Counter) -> str:
 
 
 def provenance_text(c: Mapping[str, Any], profile: str) -> str:
-    prov = c.get("provenance") or {}
-    hw = prov.get("hardware") or {}
-    parts = [f"profile {profile}", f"system {c['system']}", f"dataset {c['dataset']} ({c.get('dataset_id', '')})",
-             c.get("evaluation", ""), "projected (scaled from a measured fraction)" if c.get("projected") else "measured",
-             f"device {c['device']}" if c.get("device") else "", f"config hash {prov.get('config_hash') or '?'}",
-             f"commit {prov.get('git_commit') or '?'}",
+    """A measured cell's provenance in one line (the cell's hover), from its row of the frame."""
+    hw = c.get("hardware") or {}
+    parts = [f"profile {profile}", f"system {c['system']}", f"dataset {c['dataset']} ({c.get('dataset_id') or ''})",
+             c.get("evaluation") or "", "projected (scaled from a measured fraction)" if c["kind"] == "projected" else "measured",
+             f"device {c['device']}" if c.get("device") else "", f"config hash {c.get('config_hash') or '?'}",
+             f"commit {c.get('commit') or '?'}",
              f"hardware {hw.get('cpu', '?')}, {hw.get('cpus', '?')} cores" if hw else ""]
     return " · ".join(p for p in parts if p)
 
@@ -176,7 +168,9 @@ def rel(path: Path, start: Path) -> str:
 # pages
 # --------------------------------------------------------------------------------------------
 class Site:
-    """Everything the pages need: the records of every profile, the figures, the output folder."""
+    """Everything the pages need: the records of every profile and their cells as one frame
+    (:func:`harness.results.cells_frame`, what :func:`harness.results.load` returns), the figures, the
+    output folder."""
 
     def __init__(self, cfg: Mapping[str, Any], out: Path) -> None:
         from harness.tables.matrix import published
@@ -191,6 +185,10 @@ class Site:
             raise DataError(f"no table of profile {primary!r} under {self.results}/{primary}/tables",
                             fix="render the tables first: snakemake --cores all reproduce_all (or the report target)")
         self.profiles = profile_order(list(self.records), primary)
+        self.frame = results.cells_frame(self.records)   # every table cell the pages show
+        self.cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for c in results.rows(self.frame):
+            self.cells.setdefault((c["profile"], c["paper"], c["table"]), []).append(c)
         self.papers = [(p, published(p)) for p in PAPERS]
         self.claims = read_claims(self.results, self.profiles)
         self.learning = read_claims(self.results, self.profiles, "learning")
@@ -199,6 +197,10 @@ class Site:
 
     def table_records(self, paper: str, table: str) -> dict[str, dict[str, Any]]:
         return {p: self.records[p][(paper, table)] for p in self.profiles if (paper, table) in self.records[p]}
+
+    def table_cells(self, profile: str, paper: str, table: str) -> list[dict[str, Any]]:
+        """A table's cells for one profile: its rows of the frame, in the record's order."""
+        return self.cells.get((profile, paper, table), [])
 
     # ---- build --------------------------------------------------------------------------
     def build(self, root: Path) -> list[Path]:
@@ -268,10 +270,10 @@ class Site:
                     continue
                 link = f"<a href='{esc(paper)}/table-{esc(slug(t['id']))}.html'>Table {esc(t['id'])}</a>"
                 body.append(f"<tr><td>{link}</td><td>{esc(t['title'])}</td>" + "".join(
-                    f"<td>{counts_html(counts(recs[p])) if p in recs else '<span class=small>not rendered</span>'}</td>"
+                    f"<td>{counts_html(counts(self.table_cells(p, paper, t['id']))) if p in recs else '<span class=small>not rendered</span>'}</td>"
                     for p in self.profiles) + "</tr>")
-            totals = {p: sum((counts(r) for (pp, _), r in self.records[p].items() if pp == paper), Counter())
-                      for p in self.profiles}
+            totals = {p: sum((counts(self.table_cells(p, pp, tt)) for (pp, tt) in self.records[p] if pp == paper),
+                             Counter()) for p in self.profiles}
             body.append("<tr><th colspan='2'>all tables</th>" + "".join(
                 f"<th>{counts_html(totals[p])}</th>" for p in self.profiles) + "</tr>")
             body.append("</table>")
@@ -310,10 +312,11 @@ class Site:
     def table_page(self, root: Path, paper: str, t: Mapping[str, Any], recs: Mapping[str, Mapping[str, Any]]) -> str:
         primary = next(iter(recs))
         base = recs[primary]
-        grid = {p: {(c["row"], c["column"]): c for c in r["cells"]} for p, r in recs.items()}
+        cells = {p: self.table_cells(p, paper, t["id"]) for p in recs}
+        grid = {p: {(c["row"], c["column"]): c for c in cs} for p, cs in cells.items()}
         reasons: dict[str, int] = {}
-        for p, r in recs.items():
-            for c in r["cells"]:
+        for p, cs in cells.items():
+            for c in cs:
                 if (c["kind"] == "not run" or c["status"] == "did not learn") and c.get("reason"):
                     reasons.setdefault(f"{c['reason']}", len(reasons) + 1)
         prov_ids: dict[tuple[str, str, str], str] = {}
@@ -351,24 +354,23 @@ class Site:
                         f"alt='{esc(d.spec['title'])}'></a>")
         body.append("<h2>Cell provenance</h2>")
         for p, r in recs.items():
-            rows = [c for c in r["cells"] if c["kind"] == "measured"]
+            rows = [c for c in cells[p] if c["kind"] in results.MEASURED]
             body.append(f"<details open><summary>Profile <code>{esc(p)}</code>: {len(rows)} measured cells "
                         f"(<a href='{esc(rel(Path(r['csv']), self.final / paper))}'>csv</a>)</summary>")
             if rows:
                 body.append("<table class='prov'><tr><th>cell</th><th>system</th><th>dataset</th><th>evaluation</th>"
                             "<th>kind</th><th>config hash</th><th>commit</th><th>hardware</th><th>source</th></tr>")
                 for c in rows:
-                    prov = c.get("provenance") or {}
-                    hw = prov.get("hardware") or {}
-                    src = prov.get("source")
+                    hw = c.get("hardware") or {}
+                    src = c.get("source")
                     link = (f"<a href='{esc(rel(Path(src), self.final / paper))}'>{esc(Path(src).name)}</a>"
                             if src and Path(src).exists() else esc(src or ""))
-                    kind = "projected" if c.get("projected") else "measured"
+                    kind = c["kind"]
                     body.append(
                         f"<tr id='{prov_ids[(p, c['row'], c['column'])]}'><td>{esc(c['row'])} / {esc(c['column'])}</td>"
                         f"<td>{esc(c['system'])}</td><td>{esc(c['dataset'])} <span class='small'>{esc(c.get('dataset_id'))}</span></td>"
                         f"<td>{esc(c.get('evaluation'))}</td><td>{kind}{' on ' + esc(c['device']) if c.get('device') else ''}</td>"
-                        f"<td><code>{esc(prov.get('config_hash'))}</code></td><td><code>{esc(short_commit(prov.get('git_commit') or ''))}</code></td>"
+                        f"<td><code>{esc(c.get('config_hash'))}</code></td><td><code>{esc(short_commit(c.get('commit') or ''))}</code></td>"
                         f"<td>{esc(hw.get('cpu', ''))} {esc(hw.get('cpus', ''))}</td><td>{link}</td></tr>")
                 body.append("</table>")
             body.append("</details>")
@@ -394,12 +396,12 @@ class Site:
             if c["kind"] == "published only":
                 lines.append(f"<div class='m' data-profile='{esc(p)}'>{status_span('published only')}</div>")
                 break
-            if c["kind"] == "measured":
+            if c["kind"] in results.MEASURED:
                 pid = f"prov-{slug(p)}-{len(prov_ids) + 1}"
                 prov_ids[(p, row, col)] = pid
                 value = fmt(c["measured"], c["unit"])
-                value = f"<i>{value}</i>" if c.get("projected") else value
-                diff = ("" if c.get("published") is None or c.get("projected")
+                value = f"<i>{value}</i>" if c["kind"] == "projected" else value
+                diff = ("" if c.get("published") is None or c["kind"] == "projected"
                         else f" <span class='diff'>({c['measured'] - c['published']:+.1f})</span>")
                 dev = f" <span class='small'>{esc(c['device'])}</span>" if c.get("device") else ""
                 n = reasons.get(c.get("reason", ""), 0) if c["status"] == "did not learn" else 0

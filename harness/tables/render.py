@@ -5,6 +5,9 @@
 status — OK / OKish / FAIL by the matrix's tolerance when we measured the paper's own dataset;
 "stand-in" when a substitute dataset was measured (the difference is shown but says little);
 "not run" with the reason; "published only" for systems outside the five papers.
+
+The CSV and markdown are written from the table's cells as a DataFrame (:func:`harness.results.record_frame`
+of the record :func:`to_record` makes), the frame :func:`harness.results.load` reads back and the report shows.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness import learning
+from harness import learning, results
 from harness.config import add_config_argument, load_config
 from harness.io import atomic_write_text, read_json
 from harness.measured import find
@@ -84,11 +87,12 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
 SHOW_UNIT = {"ms", "s", "m", "h", "GB", "MB", "Q/s", "x"}
 
 
-def _pub(c: Cell) -> str:
-    if c.published is None:
+def _pub(c: Mapping[str, Any]) -> str:
+    """A frame row's published value as the markdown prints it."""
+    if c["published"] is None:
         return "—"
-    text = format_value(c.published)
-    return f"{text} {c.unit}" if c.unit in SHOW_UNIT else text
+    text = c["published_text"]
+    return f"{text} {c['unit']}" if c["unit"] in SHOW_UNIT else text
 
 
 def format_measured(x: float | None, unit: str) -> str:
@@ -120,40 +124,68 @@ def caption(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, 
 
 
 def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, Any], cells: list[Cell]) -> str:
-    grid = {(c.row, c.column): c for c in cells}
+    """The table as markdown, from the filled cells (through their frame, as :func:`render` writes it)."""
+    return markdown_text(_lite_record(cfg, paper, table, tinfo, cells), _lite_frame(cfg, paper, table, cells))
+
+
+def to_csv(paper: str, table: str, cells: list[Cell]) -> str:
+    """The table as CSV, from the filled cells (through their frame, as :func:`render` writes it)."""
+    return csv_text(_lite_frame(None, paper, table, cells))
+
+
+def _lite_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, Any], cells: list[Cell]) -> dict[str, Any]:
+    """What :func:`markdown_text` reads of a record (:func:`to_record` without provenance)."""
+    return {"paper": paper, "table": table, "title": tinfo["title"], "caption": caption(cfg, paper, table, tinfo, cells)[2:],
+            "rows": list(tinfo["rows"]), "columns": list(tinfo["columns"])}
+
+
+def _lite_frame(cfg: Mapping[str, Any] | None, paper: str, table: str, cells: list[Cell]) -> Any:
+    recs = [{**cell_record(cfg, c), **({"provenance": {"source": str(c.source)}} if c.kind == "measured" else {})}
+            for c in cells]
+    return results.record_frame({"paper": paper, "table": table, "cells": recs},
+                                profile=None if cfg is None else cfg["profile"])
+
+
+def markdown_text(rec: Mapping[str, Any], frame: Any) -> str:
+    """A table record's markdown (title, caption, the grid, the reasons), its cells read from ``frame``
+    (:func:`harness.results.record_frame`)."""
+    paper, table = rec["paper"], rec["table"]
+    cells = results.rows(frame)
+    grid = {(c["row"], c["column"]): c for c in cells}
     reasons: dict[str, int] = {}
     for c in cells:
-        if c.kind == "not run":
-            reasons.setdefault(c.reason, len(reasons) + 1)
+        if c["kind"] == "not run":
+            reasons.setdefault(c["reason"], len(reasons) + 1)
     unlearned: dict[str, int] = {}
     for c in cells:
-        if c.status == learning.STATUS:
-            unlearned.setdefault(c.reason, len(reasons) + len(unlearned) + 1)
-    out = caption(cfg, paper, table, tinfo, cells) + [""]
-    out.append("| " + " | ".join(["system"] + list(tinfo["columns"])) + " |")
-    out.append("|" + "---|" * (len(tinfo["columns"]) + 1))
-    for row in tinfo["rows"]:
+        if c["status"] == learning.STATUS:
+            unlearned.setdefault(c["reason"], len(reasons) + len(unlearned) + 1)
+    out = [f"**{paper.upper()} Table {table}: {rec['title']}**", "", *rec["caption"], ""]
+    out.append("| " + " | ".join(["system"] + list(rec["columns"])) + " |")
+    out.append("|" + "---|" * (len(rec["columns"]) + 1))
+    for row in rec["rows"]:
         vals = []
-        for col in tinfo["columns"]:
+        for col in rec["columns"]:
             c = grid.get((row, col))
             if c is None:
                 vals.append("")
-            elif c.kind == "text":
-                vals.append((c.note or "").removeprefix("text: "))
-            elif c.kind == "published only":
+            elif c["kind"] == "text":
+                vals.append((c["note"] or "").removeprefix("text: "))
+            elif c["kind"] == "published only":
                 vals.append(f"{_pub(c)} (published only)")
-            elif c.kind == "not run":
-                vals.append(f"— / {_pub(c)} ⁽{reasons[c.reason]}⁾")
+            elif c["kind"] == "not run":
+                vals.append(f"— / {_pub(c)} ⁽{reasons[c['reason']]}⁾")
             else:
-                diff = "" if c.published is None else f" ({c.measured - c.published:+.1f})"
-                dev = f" ({c.device})" if c.device else ""
-                if c.projected:  # scaled from a measured fraction: never shown as a measurement
-                    vals.append(f"*{format_measured(c.measured, c.unit)} projected*{dev} / {_pub(c)} projected")
+                diff = "" if c["published"] is None else f" ({c['measured'] - c['published']:+.1f})"
+                dev = f" ({c['device']})" if c["device"] else ""
+                if c["kind"] == "projected":  # scaled from a measured fraction: never shown as a measurement
+                    vals.append(f"*{format_measured(c['measured'], c['unit'])} projected*{dev} / {_pub(c)} projected")
                     continue
-                if c.status == learning.STATUS:  # no result: shown plainly, with why
-                    vals.append(f"{format_measured(c.measured, c.unit)}{dev} / {_pub(c)} {c.status} ⁽{unlearned[c.reason]}⁾")
+                if c["status"] == learning.STATUS:  # no result: shown plainly, with why
+                    vals.append(f"{format_measured(c['measured'], c['unit'])}{dev} / {_pub(c)} {c['status']} "
+                                f"⁽{unlearned[c['reason']]}⁾")
                     continue
-                vals.append(f"**{format_measured(c.measured, c.unit)}**{dev} / {_pub(c)}{diff} {c.status}")
+                vals.append(f"**{format_measured(c['measured'], c['unit'])}**{dev} / {_pub(c)}{diff} {c['status']}")
         out.append("| " + " | ".join([row] + vals) + " |")
     out.append("")
     out.append("Status: OK / OKish / FAIL = within / near / outside the tolerance of the published value on the "
@@ -171,18 +203,18 @@ def to_markdown(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[s
     return "\n".join(out) + "\n"
 
 
-def to_csv(paper: str, table: str, cells: list[Cell]) -> str:
+def csv_text(frame: Any) -> str:
+    """A table's CSV (:data:`CSV_FIELDS`), its cells read from ``frame`` (:func:`harness.results.record_frame`)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
-    for c in cells:
+    for c in results.rows(frame):
         w.writerow({
-            "paper": paper, "table": table, "row": c.row, "column": c.column, "measure": c.measure or "",
-            "unit": c.unit, "published": "" if c.published is None else format_value(c.published),
-            "measured": _num(c.measured, 4), "difference": "" if c.measured is None or c.published is None
-            else f"{c.measured - c.published:.4f}", "status": c.status or c.kind, "system": c.system or "",
-            "dataset": c.dataset or "", "reason": c.reason if c.kind != "measured" or c.status == learning.STATUS else "",
-            "note": c.note or "",
+            "paper": c["paper"], "table": c["table"], "row": c["row"], "column": c["column"], "measure": c["measure"] or "",
+            "unit": c["unit"], "published": c["published_text"] or "", "measured": _num(c["measured"], 4),
+            "difference": "" if c["measured"] is None or c["published"] is None
+            else f"{c['measured'] - c['published']:.4f}", "status": c["status"], "system": c["system"] or "",
+            "dataset": c["dataset"] or "", "reason": c["reason"] or "", "note": c["note"] or "",
         })
     return buf.getvalue()
 
@@ -231,6 +263,21 @@ def _evaluation(c: Cell, table_rule: str | None, read: Callable[[Path], dict[str
     return f"{m} (ir_measures){split}"
 
 
+def cell_record(cfg: Mapping[str, Any] | None, c: Cell) -> dict[str, Any]:
+    """One filled cell as data (a record's cell without its evaluation and provenance)."""
+    datasets = {} if cfg is None else cfg["datasets"]
+    return {
+        "row": c.row, "column": c.column, "measure": c.measure or "", "unit": c.unit,
+        "published": None if c.published is None else float(c.published),
+        "published_text": "" if c.published is None else format_value(c.published),
+        "measured": c.measured, "status": c.status or c.kind, "kind": c.kind,
+        "system": c.system or "", "dataset": c.dataset or "",
+        "dataset_id": datasets[c.dataset]["id"] if c.dataset in datasets else "",
+        "reason": c.reason if c.kind != "measured" or c.status == learning.STATUS else "", "note": c.note or "",
+        "device": c.device or "", "projected": c.projected,
+    }
+
+
 def to_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, Any], cells: list[Cell]) -> dict[str, Any]:
     """The table as data for the report (harness/report): the paper's shape (rows, columns, groups),
     captions, and per cell the values, status and provenance (system, dataset, evaluation rule,
@@ -242,16 +289,7 @@ def to_record(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str
     read = cache(read_json)  # a system's eval file and its job's meta.json serve every column of its row
     out_cells = []
     for c in cells:
-        rec: dict[str, Any] = {
-            "row": c.row, "column": c.column, "measure": c.measure or "", "unit": c.unit,
-            "published": None if c.published is None else float(c.published),
-            "published_text": "" if c.published is None else format_value(c.published),
-            "measured": c.measured, "status": c.status or c.kind, "kind": c.kind,
-            "system": c.system or "", "dataset": c.dataset or "",
-            "dataset_id": cfg["datasets"][c.dataset]["id"] if c.dataset in cfg["datasets"] else "",
-            "reason": c.reason if c.kind != "measured" or c.status == learning.STATUS else "", "note": c.note or "",
-            "device": c.device or "", "projected": c.projected,
-        }
+        rec = cell_record(cfg, c)
         if c.kind == "measured":
             rec["evaluation"] = _evaluation(c, rule, read)
             rec["provenance"] = _provenance(cfg, c, read)
@@ -284,9 +322,10 @@ def render(cfg: Mapping[str, Any], paper: str, table: str, md: Path | None = Non
     tinfo, cells = fill(cfg, paper, table)
     md = Path(md) if md is not None else table_path(cfg, paper, table)
     csv_path = md.with_suffix(".csv")
-    atomic_write_text(csv_path, to_csv(paper, table, cells))
     rec = to_record(cfg, paper, table, tinfo, cells)
-    text = to_markdown(cfg, paper, table, tinfo, cells)
+    frame = results.record_frame(rec, cfg["profile"])  # the table's cells, as harness.results.load reads them back
+    atomic_write_text(csv_path, csv_text(frame))
+    text = markdown_text(rec, frame)
     attached = attach_figures(cfg, paper, table, cells, md)
     links = [line for _, _, line in attached]
     atomic_write_text(md, text + ("\n" + "\n".join(links) + "\n" if links else ""))
