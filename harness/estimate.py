@@ -13,6 +13,9 @@ from typing import Any
 from harness.cost import UNITS
 from harness.job import Stage
 
+#: the profile the rehearsal rehearses (its counts are what the estimate projects to)
+PAPER_CONFIG = "configs/profiles/paper.yaml"
+
 
 def _card(cfg: Mapping[str, Any], dataset: str | None) -> tuple[dict[str, Any], Mapping[str, Any]]:
     """(the card of ``dataset`` in configs/datasets.yaml, its config): the config's ``card``, the

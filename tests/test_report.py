@@ -322,3 +322,24 @@ def test_learning_page_lists_each_models_check(profile, tmp_path):
     assert "<span class='status nolearn'>did not learn</span>" in page and "-0.088 [-0.184, +0.001]" in page
     assert "5.7 → 0.6 (96)" in page and "+0.549 [+0.439, +0.654]" in page
     assert "learning.html" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")  # the nav links it
+
+
+def test_estimate_page_projects_the_rehearsals_jobs_or_says_how_to_run_it(profile, tmp_path):
+    import json
+
+    from harness import cost
+
+    hsite.build(profile)
+    page = (tmp_path / "site" / "estimate.html").read_text(encoding="utf-8")
+    assert "No rehearsal has run here" in page and "configs/profiles/rehearsal.yaml" in page
+    run = tmp_path / "rehearsal" / "runs" / "nq" / "dpr"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text(json.dumps({"kind": "run", "job": "dpr", "dataset": "nq",
+                                               "cost": cost.record("search", {"queries": 32}, 3.2)}))
+    (tmp_path / "rehearsal" / "logs" / "train").mkdir(parents=True)
+    (tmp_path / "rehearsal" / "logs" / "train" / "bpr.log").write_text("error: train bpr: out of memory at this shape\n")
+    hsite.build(profile)
+    page = (tmp_path / "site" / "estimate.html").read_text(encoding="utf-8")
+    assert "3,610 test queries" in page and "<td class='projected'>0.10</td>" in page  # 0.1 s x 3,610 = 0.10 h
+    assert "train bpr: out of memory at this shape" in page
+    assert "estimate.html" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")

@@ -119,7 +119,7 @@ def page(title: str, body: list[str], depth: int) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{esc(title)}</title><link rel='stylesheet' href='{up}style.css'></head><body>",
         f"<nav><a href='{up}index.html'>Reproduction results</a> · <a href='{up}claims.html'>Claims</a> · "
-        f"<a href='{up}learning.html'>Learning checks</a></nav>",
+        f"<a href='{up}learning.html'>Learning checks</a> · <a href='{up}estimate.html'>Cost estimate</a></nav>",
         *body, "</body></html>", ""])
 
 
@@ -228,6 +228,7 @@ class Site:
         self.forests = {paper: forest(paper, self.claims, root / "img") for paper, _ in self.papers}
         written.append(self.write(root, "claims.html", self.claims_page()))
         written.append(self.write(root, "learning.html", self.learning_page()))
+        written.append(self.write(root, "estimate.html", self.estimate_page()))
         written.append(self.write(root, "index.html", self.index_page()))
         return written
 
@@ -492,6 +493,46 @@ class Site:
         if len(body) == 1:
             body.append("<p>No learning check was run (results/learning/&lt;profile&gt;.csv is missing).</p>")
         return page("Learning checks", body, 0)
+
+    # ---- cost estimate ------------------------------------------------------------------------
+    def estimate_page(self) -> str:
+        """The paper profile's cost projected from the rehearsal's measured jobs (results/rehearsal;
+        harness.estimate), or how to run the rehearsal where there is none."""
+        from harness import estimate
+        from harness.config import load_config
+
+        root = self.results / "rehearsal"
+        cmd = ("snakemake --cores all reproduce_all --configfile configs/profiles/paper.yaml "
+               "configs/profiles/rehearsal.yaml")
+        body = ["<h1>What the paper profile costs</h1><p>Projected from the rehearsal (configs/profiles/rehearsal.yaml: "
+                "every job of the paper profile at the papers' model shapes with random weights, one or two steps, "
+                "data slices): each measured job's seconds per unit (optimizer step at the paper's batch, 1,000 "
+                "documents, query) times the paper profile's count (the dataset cards, the job's epochs and batch "
+                "size). Every figure here is <em>projected</em>, on the hardware named; a slice's fixed start-up is "
+                "priced per unit too, so small slices over-project (harness/estimate.py).</p>"]
+        rows = estimate.estimate(load_config([estimate.PAPER_CONFIG]), root) if root.is_dir() else []
+        failed = estimate.failures(root) if root.is_dir() else []
+        if not rows and not failed:
+            body.append(f"<p>No rehearsal has run here ({esc(root)} has no finished job). Run it, then rebuild the "
+                        f"report:</p><pre>{esc(cmd)}</pre>")
+            return page("Cost estimate", body, 0)
+        body.append("<table class='estimate'><tr><th>stage</th><th>job</th><th>dataset</th><th>measured s</th>"
+                    "<th>counted as</th><th>projected hours</th><th>peak host GiB</th><th>peak GPU GiB</th>"
+                    "<th>measured on</th><th>fallbacks</th><th>the paper's own figure</th></tr>")
+        for r in rows:
+            hours = f"{r['seconds'] / 3600:,.2f}" if r.get("seconds") is not None else "no count"
+            gpu = f"{r['gpu_peak_gib']:.1f}" if r.get("gpu_peak_gib") is not None else "—"
+            body.append(f"<tr><td>{esc(r['stage'])}</td><td>{esc(r['job'])}</td><td>{esc(r['dataset'])}</td>"
+                        f"<td>{r['measured_seconds']:.1f}</td><td>{esc(r['how'])}</td><td class='projected'>{hours}</td>"
+                        f"<td>{r['host_peak_gib']:.1f}</td><td>{gpu}</td><td>{esc(r['hardware'])}</td>"
+                        f"<td>{esc(r.get('fallbacks', ''))}</td><td>{esc(r['papers_own'])}</td></tr>")
+        body.append("</table>")
+        total = sum(r["seconds"] for r in rows if r.get("seconds") is not None) / 3600
+        body.append(f"<p>{len(rows)} measured jobs; projected total {total:,.1f} hours of job time.</p>")
+        if failed:
+            body.append(f"<h2>{len(failed)} rehearsal job(s) failed</h2><ul>"
+                        + "".join(f"<li><code>{esc(log)}</code>: {esc(line)}</li>" for log, line in failed) + "</ul>")
+        return page("Cost estimate", body, 0)
 
     # ---- claims ---------------------------------------------------------------------------
     def claims_page(self) -> str:
