@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "decontam-report": ("harness.stages:decontam_report", "render LightRetriever Tables 6/7 for this profile's decontamination"),
     "datasets": ("harness.datasets.catalog", "the dataset registry: --cards (docs/datasets.md), --list, --check"),
     "bench": ("harness.bench", "run a benchmark and print its figures"),
+    "mteb": ("harness.interop", "evaluate a trained retriever with MTEB's retrieval evaluator on a dataset folder"),
 }
 
 
