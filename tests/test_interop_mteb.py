@@ -69,8 +69,12 @@ def test_task_loads_the_folder(tmp_path):
 
 
 def test_task_errors(tmp_path):
-    with pytest.raises(DataError, match="qrels-test.txt"):
-        store.write_corpus(tmp_path, [Doc("d", "", "x")])
+    store.write_corpus(tmp_path, [Doc("d", "", "x")])
+    store.write_queries(tmp_path, "test", [Query("q", "x")])
+    with pytest.raises(DataError, match="has no qrels-test.txt: not a prepared qrels dataset folder"):
+        interop.mteb_task(tmp_path)
+    store.write_qrels(tmp_path / store.QRELS, {"other": {"d": 1}})
+    with pytest.raises(DataError, match="none of the test queries has qrels"):
         interop.mteb_task(tmp_path)
 
 
@@ -143,10 +147,13 @@ def test_off_the_shelf_minilm_through_the_command(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_smoke_dpr_mteb_equals_the_harness(smoke_run, tmp_path):
-    """The smoke DAG's trained DPR on its qrels dataset: MTEB's nDCG@10 through ``python -m harness mteb``'s
-    path equals harness.evaluate.ir on the harness's own run of the same model (the DAG's exact
-    inner-product search, depth 100) to 1e-4."""
+@pytest.mark.parametrize("job, side, system", [("dpr", None, "dpr"), ("lightretriever", None, "lightretriever"),
+                                               ("lightretriever", "base", "lightretriever.base")])
+def test_smoke_model_mteb_equals_the_harness(smoke_run, tmp_path, job, side, system):
+    """The smoke DAG's trained DPR and LightRetriever (light dense side and full-size baseline) on their
+    qrels dataset (smoke-ir): MTEB's nDCG@10 through ``python -m harness mteb``'s path equals
+    harness.evaluate.ir on the DAG's own run of the same model (exact inner-product search) and the
+    DAG's recorded evaluation, to 1e-4."""
     from harness.runs import read_run
 
     out, done = smoke_run
@@ -154,10 +161,34 @@ def test_smoke_dpr_mteb_equals_the_harness(smoke_run, tmp_path):
     root = out / "smoke"
     dataset = "smoke-ir"
     folder = root / "data" / dataset
-    got = interop.evaluate(interop.mteb_model("dpr", root), interop.mteb_task(folder), tmp_path / "out")
+    settings = interop._tree_instructions(root) if job == "lightretriever" else None  # an evaluation set's
+    model = interop.mteb_model(job, root, side=side, settings=settings)
+    got = interop.evaluate(model, interop.mteb_task(folder), tmp_path / "out")
     _, queries, qrels = interop.load_split(folder)
-    run = {q: dict(hits) for q, hits in read_run(root / "runs" / dataset / "dpr" / "dpr.trec").items()}
+    run = {q: dict(hits) for q, hits in read_run(root / "runs" / dataset / job / f"{system}.trec").items()}
     ours = ir_evaluate(qrels, run, ["nDCG@10"])["nDCG@10"]
     assert got["ndcg_at_10"] == pytest.approx(ours, abs=1e-4)
-    recorded = json.loads((root / "eval" / dataset / "dpr" / "dpr.json").read_text())["measures"]["nDCG@10"]
+    recorded = json.loads((root / "eval" / dataset / job / f"{system}.json").read_text())["measures"]["nDCG@10"]
     assert got["ndcg_at_10"] == pytest.approx(recorded, abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job, side", [("bpr", "codes"), ("bpr", "continuous"), ("svdr", None), ("vdr", None)])
+def test_smoke_model_without_a_qrels_run(smoke_run, tmp_path, job, side):
+    """BPR and SVDR/VDR search only QA datasets in the DAG (no qrels run to compare with): on smoke-ir,
+    MTEB's nDCG@10 equals harness.evaluate.ir on the same vectors searched exactly by the harness
+    (SVDR/VDR: sparse vocabulary-space vectors, scored by the model's sparse product, never densified)."""
+    import scipy.sparse as sp
+
+    out, done = smoke_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = out / "smoke"
+    folder = root / "data" / "smoke-ir"
+    model = interop.mteb_model(job, root, side=side)
+    assert model.sparse == (job in ("svdr", "vdr"))
+    docs, queries, qrels = interop.load_split(folder)
+    if model.sparse:
+        assert sp.issparse(model._docs(docs[:2], "smoke-ir"))
+    got = interop.evaluate(model, interop.mteb_task(folder), tmp_path / "out")
+    ours = ir_evaluate(qrels, model.search_exact(docs, queries, k=100), ["nDCG@10"])["nDCG@10"]
+    assert got["ndcg_at_10"] == pytest.approx(ours, abs=1e-4)
