@@ -212,17 +212,21 @@ def mteb_model(job_or_folder: str | Path, results_dir: str | Path | None = None,
     key = str(job_or_folder).lower()
     if key in OFF_THE_SHELF and not (Path(job_or_folder) / "meta.json").is_file():
         return off_the_shelf(OFF_THE_SHELF[key])
-    folder = _model_folder(job_or_folder, results_dir)
+    try:
+        folder = _model_folder(job_or_folder, results_dir)
+    except DataError:
+        base = Path(job_or_folder).name.partition(".")[0].partition("@")[0]
+        if base in NOT_VECTORS:   # e.g. bm25: a job with an index and no model folder
+            _no_vectors(str(job_or_folder), base)
+        raise
     from harness.api import read_artifact
 
     meta = read_artifact(folder)
     method, job = meta.get("method", "?"), meta.get("job") or folder.name
+    if method in NOT_VECTORS:
+        _no_vectors(job, method)
     if meta.get("kind") != "model":
         raise ConfigError(f"{folder} holds a {meta.get('kind')!r}, not a model", fix="pass a model folder (models/<job>)")
-    if method in NOT_VECTORS:
-        raise ConfigError(f"job {job} ({method}) has no MTEB model: {NOT_VECTORS[method]}",
-                          fix=f"MTEB evaluates encoders of queries and documents into vectors: "
-                              f"{', '.join(VECTOR_METHODS)}")
     if method not in VECTOR_METHODS:
         raise ConfigError(f"job {job}: method {method!r} is not one MTEB can evaluate here "
                           f"(methods: {', '.join(VECTOR_METHODS)})")
@@ -255,6 +259,11 @@ def mteb_model(job_or_folder: str | Path, results_dir: str | Path | None = None,
         name = f"{name}.{side}"
     return HarnessModel(name, lambda texts, task: enc.encode_queries(texts), docs_fn, similarity="dot",
                         revision=revision, info=info)
+
+
+def _no_vectors(job: str, method: str) -> None:
+    raise ConfigError(f"job {job} ({method}) has no MTEB model: {NOT_VECTORS[method]}",
+                      fix=f"MTEB evaluates encoders of queries and documents into vectors: {', '.join(VECTOR_METHODS)}")
 
 
 def _lightretriever(folder: Path, meta: Mapping[str, Any], name: str, revision: str, side: str,
@@ -482,7 +491,10 @@ def main(argv: list[str]) -> int:
     if str(args.model).lower() not in OFF_THE_SHELF:   # the model's numeric code path before numpy loads
         from harness.api import _numerics, read_artifact
 
-        meta = read_artifact(_model_folder(args.model, results))
+        try:
+            meta = read_artifact(_model_folder(args.model, results))
+        except DataError:
+            meta = {}   # mteb_model says what is wrong
         _numerics(meta.get("config_values") or {})
         if meta.get("method") == "lightretriever":
             settings = {**_tree_instructions(results), **settings}

@@ -118,6 +118,8 @@ def test_jobs_without_vectors_fail_naming_the_job(tmp_path, method, why):
         interop.mteb_model(f"{method}.x", tmp_path)
     with pytest.raises(DataError, match="neither a model folder"):
         interop.mteb_model("nothing", tmp_path)
+    with pytest.raises(ConfigError, match=r"job bm25 \(bm25\) has no MTEB model: BM25 is a term-matching index"):
+        interop.mteb_model("bm25", tmp_path)   # BM25 has indexes and no model folder
 
 
 def test_off_the_shelf_minilm_through_the_command(tmp_path, capsys):
