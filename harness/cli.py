@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "datasets": ("harness.datasets.catalog", "the dataset registry: --cards (docs/datasets.md), --list, --check"),
     "bench": ("harness.bench", "run a benchmark and print its figures"),
     "estimate": ("harness.estimate", "project a profile's cost (GPU-hours, wall, memory) from the rehearsal's measured jobs"),
+    "mteb": ("harness.interop", "evaluate a trained retriever with MTEB's retrieval evaluator on a dataset folder"),
 }
 
 
