@@ -166,7 +166,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan", ("harness.plan",)),
     ("tables", ("harness.measured", "harness.tables", "harness.claims", "harness.regress", "harness.learning",
                 "harness.results")),
-    ("applications", ("harness.stages", "harness.workflow", "harness.report", "harness.api", "harness.bench",
+    ("applications", ("harness.stages", "harness.workflow", "harness.report", "harness.api", "harness.bench", "harness.interop",
                       "harness.estimate")),
     ("commands", ("harness.cli", "harness.__main__", "harness.warm")),
 ]
