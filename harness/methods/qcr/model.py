@@ -232,6 +232,10 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
     Gradients accumulate in the parameters; returns (detached loss, parts)."""
     import torch
 
+    if all(len(items) <= chunk for items in groups):  # one sub-batch each: the cache would encode twice for nothing
+        loss, parts = loss_fn(*[encode(items) for items in groups])
+        loss.backward()
+        return loss.detach(), parts
     reps, states = [], []
     for items in groups:
         parts_, st = [], []
