@@ -46,27 +46,33 @@ def fallbacks() -> list[str]:
     return list(_FALLBACK["taken"])
 
 
-def mem_available() -> int | None:
-    """Bytes of MemAvailable (/proc/meminfo), None where it cannot be read."""
+def _proc_bytes(path: str, field: str) -> int | None:
+    """A ``<field>: <n> kB`` line of a /proc file, in bytes; None where it cannot be read."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
+        with open(path, encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
 
 
+def mem_available() -> int | None:
+    """Bytes of MemAvailable (/proc/meminfo; else free physical pages), None where neither can be read."""
+    avail = _proc_bytes("/proc/meminfo", "MemAvailable")
+    if avail is None:
+        try:
+            import os
+
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, OSError, ValueError):
+            return None
+    return avail
+
+
 def _vm_size() -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _proc_bytes("/proc/self/status", "VmSize") or 0
 
 
 _OOM_MARKS = ("can't allocate memory", "not enough memory", "out of memory", "cannot allocate memory")

@@ -3,7 +3,6 @@ models' shapes, ``config:`` sources build them with random weights, and their of
 have the configurations' vocabulary sizes."""
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -81,8 +80,9 @@ def test_config_source_builds_random_weights_of_the_configured_shape(tmp_path):
 
 
 def test_config_source_refuses_a_model_that_does_not_fit_naming_what_it_needs(monkeypatch):
-    real = os.sysconf
-    monkeypatch.setattr(os, "sysconf", lambda k: 1024 if k == "SC_AVPHYS_PAGES" else real(k))
+    from harness import cost
+
+    monkeypatch.setattr(cost, "mem_available", lambda: 1024)
     cfg = {"backbones": {"big": {"source": "config:llama31-8b", "tokenizer": "byte-bpe"}}}
     with pytest.raises(ResourceError, match=r"big.*needs \d+\.\d GiB.*GiB available"):
         bb.load_encoder(cfg, "big")

@@ -129,14 +129,11 @@ def _random(cls: Any, name: str, spec: Mapping[str, Any]) -> Any:
     """``cls`` built from the committed configuration with random weights (transformers' own
     initialisation, under the job's seed); refused with the memory it needs where that is more than
     the machine has (MemAvailable), before anything is allocated."""
-    import os
+    from harness.cost import mem_available
 
     config = load_config(name, spec["source"].partition(":")[2])
     need = parameters_of(config, cls) * 4 * 2  # float32 weights, and as much again while initialising
-    try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        avail = None
+    avail = mem_available()
     if avail is not None and need > avail:
         raise ResourceError(f"backbone {name!r} ({spec['source']}): building it in float32 needs {need / 2**30:.1f} GiB, "
                             f"this machine has {avail / 2**30:.1f} GiB available",

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -50,6 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from harness.cost import mem_available
 from harness.errors import ConfigError
 from harness.methods.lightretriever.ops import eos_pool
 
@@ -404,21 +404,6 @@ def param_count(config: Any) -> int:
     with torch.device("meta"):
         model = AutoModel.from_config(config)
     return sum(p.numel() for p in model.parameters())
-
-
-def mem_available() -> int | None:
-    """Bytes of MemAvailable in /proc/meminfo (None where it cannot be read)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 def fits_in_memory(config: Any, dtype: torch.dtype = torch.float32, *, extra_bytes: int = 0,
