@@ -29,20 +29,37 @@ def apt_install():
     import subprocess
 
     def install(packages: list[str], purpose: str) -> None:
+        import fcntl
+        import tempfile
+
         if shutil.which("apt-get") is None or os.geteuid() != 0:
             pytest.skip(f"{purpose}: apt-get cannot install {' '.join(packages)} here (needs root and Debian's "
                         f"apt): apt-get install {' '.join(packages)}")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                                                   *packages]):
-            try:
-                r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, env=env)
-            except subprocess.TimeoutExpired:
-                pytest.skip(f"{' '.join(cmd)} timed out: {purpose}")
-            if r.returncode != 0:
-                pytest.skip(f"{' '.join(cmd)} failed ({r.stderr.strip()[-300:]}): {purpose}")
+        # one apt-get at a time across pytest-xdist's workers (dpkg holds a lock; a second would fail)
+        with open(Path(tempfile.gettempdir()) / "harness-tests-apt.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                                                       *packages]):
+                try:
+                    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, env=env)
+                except subprocess.TimeoutExpired:
+                    pytest.skip(f"{' '.join(cmd)} timed out: {purpose}")
+                if r.returncode != 0:
+                    pytest.skip(f"{' '.join(cmd)} failed ({r.stderr.strip()[-300:]}): {purpose}")
 
     return install
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``), every test that reads the smoke DAG
+    runs on one worker, which runs the DAG once (``smoke_run`` is per worker) and takes those tests
+    first; the other worker runs the rest of the suite beside it, on the core the DAG's single-threaded
+    steps leave free. Without xdist the marker does nothing and only the order changes."""
+    dag = [item for item in items if "smoke_run" in getattr(item, "fixturenames", ())]
+    for item in dag:
+        item.add_marker(pytest.mark.xdist_group("smoke-dag"))
+    items[:] = dag + [item for item in items if item not in dag]
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +71,7 @@ def smoke_run(repo, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("smoke-run")
     r = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "--cores", "2", "reproduce_all",
-                        "--config", f"results_dir={out}"], check=False, cwd=repo, capture_output=True, text=True, timeout=2400)
+                        "--config", f"results_dir={out}"], check=False, cwd=repo, capture_output=True, text=True, timeout=3600)
     return out, r
 
 
