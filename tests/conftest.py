@@ -51,15 +51,14 @@ def apt_install():
     return install
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``), every test that reads the smoke DAG
-    runs on one worker, which runs the DAG once (``smoke_run`` is per worker) and takes those tests
-    first; the other worker runs the rest of the suite beside it, on the core the DAG's single-threaded
-    steps leave free. Without xdist the marker does nothing and only the order changes."""
-    dag = [item for item in items if "smoke_run" in getattr(item, "fixturenames", ())]
-    for item in dag:
-        item.add_marker(pytest.mark.xdist_group("smoke-dag"))
-    items[:] = dag + [item for item in items if item not in dag]
+    """Every test that reads the smoke DAG (through ``smoke_run``, directly or by a fixture) gets the
+    marker ``smoke_dag``: ``make test`` (scripts/test.sh) runs ``-m smoke_dag`` and ``-m "not smoke_dag"``
+    as two processes side by side, the DAG once in the first."""
+    for item in items:
+        if "smoke_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.smoke_dag)
 
 
 @pytest.fixture(scope="session")
