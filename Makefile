@@ -11,7 +11,7 @@ reproduce: setup            ## the whole reproduction on the embedded default (s
 	$(SNAKEMAKE) --cores all reproduce_all
 
 test: setup                 ## the test suite
-	bash scripts/test.sh
+	.venv/bin/python -m pytest -q --durations=8
 
 small: setup                ## the small profile on real data (mirror: MIRROR=../shared/data)
 	HARNESS_DATA_MIRROR=$(MIRROR) $(SNAKEMAKE) --cores all reproduce_all --configfile configs/profiles/small.yaml

@@ -36,7 +36,7 @@ def apt_install():
             pytest.skip(f"{purpose}: apt-get cannot install {' '.join(packages)} here (needs root and Debian's "
                         f"apt): apt-get install {' '.join(packages)}")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        # one apt-get at a time across pytest-xdist's workers (dpkg holds a lock; a second would fail)
+        # one apt-get at a time across concurrent pytest processes (dpkg holds a lock; a second would fail)
         with open(Path(tempfile.gettempdir()) / "harness-tests-apt.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
@@ -54,8 +54,9 @@ def apt_install():
 @pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
     """Every test that reads the smoke DAG (through ``smoke_run``, directly or by a fixture) gets the
-    marker ``smoke_dag``: ``make test`` (scripts/test.sh) runs ``-m smoke_dag`` and ``-m "not smoke_dag"``
-    as two processes side by side, the DAG once in the first."""
+    marker ``smoke_dag``: ``-m "not smoke_dag"`` runs the rest of the suite without running the DAG.
+    (Running the two halves side by side on a 2-core machine was slower than one after the other: the
+    DAG's two jobs already use both cores.)"""
     for item in items:
         if "smoke_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.smoke_dag)

@@ -1,6 +1,6 @@
-"""`make test` (scripts/test.sh) runs the suite as two halves side by side, split by the marker
-``smoke_dag`` that tests/conftest.py sets on every test that uses the smoke DAG (``smoke_run``): a test
-that reads the DAG in the other half would run a second DAG, one missing from both would not run."""
+"""The marker ``smoke_dag`` that tests/conftest.py sets on every test that uses the smoke DAG
+(``smoke_run``) splits the suite in two: ``-m "not smoke_dag"`` must not run the DAG, and no test may
+fall out of both halves."""
 from __future__ import annotations
 
 import subprocess
