@@ -29,24 +29,18 @@ def apt_install():
     import subprocess
 
     def install(packages: list[str], purpose: str) -> None:
-        import fcntl
-        import tempfile
-
         if shutil.which("apt-get") is None or os.geteuid() != 0:
             pytest.skip(f"{purpose}: apt-get cannot install {' '.join(packages)} here (needs root and Debian's "
                         f"apt): apt-get install {' '.join(packages)}")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        # one apt-get at a time across concurrent pytest processes (dpkg holds a lock; a second would fail)
-        with open(Path(tempfile.gettempdir()) / "harness-tests-apt.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                                                       *packages]):
-                try:
-                    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, env=env)
-                except subprocess.TimeoutExpired:
-                    pytest.skip(f"{' '.join(cmd)} timed out: {purpose}")
-                if r.returncode != 0:
-                    pytest.skip(f"{' '.join(cmd)} failed ({r.stderr.strip()[-300:]}): {purpose}")
+        for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                                                   *packages]):
+            try:
+                r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, env=env)
+            except subprocess.TimeoutExpired:
+                pytest.skip(f"{' '.join(cmd)} timed out: {purpose}")
+            if r.returncode != 0:
+                pytest.skip(f"{' '.join(cmd)} failed ({r.stderr.strip()[-300:]}): {purpose}")
 
     return install
 
@@ -54,9 +48,7 @@ def apt_install():
 @pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
     """Every test that reads the smoke DAG (through ``smoke_run``, directly or by a fixture) gets the
-    marker ``smoke_dag``: ``-m "not smoke_dag"`` runs the rest of the suite without running the DAG.
-    (Running the two halves side by side on a 2-core machine was slower than one after the other: the
-    DAG's two jobs already use both cores.)"""
+    marker ``smoke_dag``: ``-m "not smoke_dag"`` runs the rest of the suite without running the DAG."""
     for item in items:
         if "smoke_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.smoke_dag)
@@ -71,7 +63,7 @@ def smoke_run(repo, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("smoke-run")
     r = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "--cores", "2", "reproduce_all",
-                        "--config", f"results_dir={out}"], check=False, cwd=repo, capture_output=True, text=True, timeout=3600)
+                        "--config", f"results_dir={out}"], check=False, cwd=repo, capture_output=True, text=True, timeout=2400)
     return out, r
 
 
