@@ -15,6 +15,7 @@ configfile: "configs/default.yaml"
 onstart:
     from harness import warm
 
+    warm.precompile()  # the jobs read the package's bytecode instead of compiling it each
     warm.start()
 
 

@@ -45,6 +45,19 @@ def _read_schema(name: str) -> dict[str, Any]:
     return read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
 
 
+def read_schema_file(path: str | Path) -> dict[str, Any]:
+    """A schema YAML file (a method's fragment), parsed once per process while the file is unchanged
+    (a config load reads each fragment several times: its schema, its defaults); a copy."""
+    p = Path(path).resolve()
+    st = p.stat() if p.exists() else None
+    return copy.deepcopy(_parsed(p, st.st_mtime_ns if st else None, st.st_size if st else None))
+
+
+@cache
+def _parsed(path: Path, mtime_ns: int | None, size: int | None) -> Any:
+    return read_yaml(path)
+
+
 def read_schema(name: str) -> dict[str, Any]:
     """workflow/schemas/<name>.schema.yaml as written (a copy; the config's schema, which gets the
     registered fragments grafted in, is ``harness.config.load_schema("config")``)."""
@@ -61,7 +74,7 @@ def _allowed_keys(schema: Mapping[str, Any], root: Mapping[str, Any]) -> list[st
 def fragment_defaults(module_file: str | Path, schema_file: str, *under: str) -> dict[str, Any]:
     """``{key: default}`` of a method's schema fragment (the file beside its module), optionally of
     the object property ``under`` it: a method's defaults are written once, in its schema."""
-    node = read_yaml(Path(module_file).parent / schema_file)
+    node = read_schema_file(Path(module_file).parent / schema_file)
     for key in under:
         node = node["properties"][key]
     return {k: copy.deepcopy(v["default"]) for k, v in node.get("properties", {}).items() if "default" in v}

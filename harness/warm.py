@@ -287,6 +287,18 @@ def serve(folder: Path, mode: str, parent: int) -> int:
     return 0
 
 
+def precompile() -> None:
+    """Byte-compile the harness package into its ``__pycache__`` (compileall: only modules whose
+    source changed). Where ``PYTHONDONTWRITEBYTECODE`` is set, as on this project's machines, no
+    import writes them, and every job process compiled the package's modules again from source
+    (about 0.5 s of a 1-3 s evaluate or table job). A failure (a read-only checkout) is harmless:
+    imports then compile in memory, as before."""
+    import compileall
+
+    with contextlib.suppress(OSError):
+        compileall.compile_dir(str(Path(__file__).resolve().parent), quiet=2, workers=1)
+
+
 def start() -> Path | None:
     """Make the servers' folder for this process's lifetime (the Snakemake run) and set
     ``HARNESS_WARM_DIR`` and ``HARNESS_WARM_PARENT`` for the jobs it launches (they start the servers).

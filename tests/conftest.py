@@ -45,6 +45,14 @@ def apt_install():
     return install
 
 
+def pytest_sessionstart(session):
+    """The package's bytecode for the suite's many ``python -m harness`` and Snakemake processes
+    (where PYTHONDONTWRITEBYTECODE is set each would compile every module it imports again)."""
+    from harness import warm
+
+    warm.precompile()
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
     """Every test that reads the smoke DAG (through ``smoke_run``, directly or by a fixture) gets the

@@ -18,7 +18,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from harness.io import read_yaml
+from harness.settings import read_schema_file
 from harness.registry import Registry
 
 #: method name -> module. SVDR and VDR share one module (VDR = SVDR without L_sp).
@@ -74,13 +74,13 @@ def register(name: str, module: str) -> None:
 def schema_fragment(name: str) -> dict:
     """The JSON schema of ``methods.<name>`` (the module's ``SCHEMA`` YAML file)."""
     module = method_module(name)
-    return read_yaml(Path(module.__file__).parent / module.SCHEMA)
+    return read_schema_file(Path(module.__file__).parent / module.SCHEMA)
 
 
 def step_schema(name: str) -> dict:
     """The JSON schema of a step's top-level section (e.g. ``reader``)."""
     module = importlib.import_module(STEPS.get(name))
-    return read_yaml(Path(module.__file__).parent / module.SCHEMA)
+    return read_schema_file(Path(module.__file__).parent / module.SCHEMA)
 
 
 load_plugins()
