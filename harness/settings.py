@@ -40,21 +40,28 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-@cache
 def _read_schema(name: str) -> dict[str, Any]:
-    return read_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
+    return _parsed(SCHEMA_DIR / f"{name}.schema.yaml")
 
 
 def read_schema_file(path: str | Path) -> dict[str, Any]:
     """A schema YAML file (a method's fragment), parsed once per process while the file is unchanged
     (a config load reads each fragment several times: its schema, its defaults); a copy."""
-    p = Path(path).resolve()
-    st = p.stat() if p.exists() else None
-    return copy.deepcopy(_parsed(p, st.st_mtime_ns if st else None, st.st_size if st else None))
+    return copy.deepcopy(_parsed(Path(path)))
+
+
+def _parsed(path: Path) -> Any:
+    """``read_yaml(path)``, cached per file state (a file that changes on disk is read again)."""
+    p = path.resolve()
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return read_yaml(p)  # its error names the file
+    return _parsed_at(p, st.st_mtime_ns, st.st_size)
 
 
 @cache
-def _parsed(path: Path, mtime_ns: int | None, size: int | None) -> Any:
+def _parsed_at(path: Path, mtime_ns: int, size: int) -> Any:
     return read_yaml(path)
 
 

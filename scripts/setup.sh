@@ -24,6 +24,5 @@ t0=$(date +%s)
 .venv/bin/python -m pip install -q ${TORCH_PIP_ARGS:-} torch==2.13.0
 .venv/bin/python -m pip install -q -e '.[workflow,test,cluster]'
 .venv/bin/python -c "import harness.indexes.pyserini_env as e; e.setup()"
-.venv/bin/python -c "import harness.warm as w; w.precompile()"   # bytecode: jobs skip compiling the package
 echo "$want" > "$STAMP"
 echo "setup: .venv ready in $(( $(date +%s) - t0 ))s"
