@@ -1,4 +1,4 @@
-"""Warm start: the stage jobs of one Snakemake run skip importing numpy, torch and transformers.
+"""Warm start: the stage jobs of one Snakemake run skip importing numpy, torch, transformers and kin.
 
 Importing torch and transformers takes 4-6 s of CPU on the 2-core machines this project runs on,
 and a smoke ``reproduce_all`` has ~170 jobs that train, encode or search with a model: about 40 %
@@ -7,8 +7,9 @@ servers' folder), a *warm server* per environment imports those libraries once a
 socket: one per numerics mode (:mod:`harness.numerics`: ``portable`` for train/index/search jobs,
 ``native`` for measure jobs) and per value of the variables libraries read when they load
 (Snakemake sets ``OMP_NUM_THREADS`` and its kin to each job's threads). The first job of an
-environment finds no server: it starts one and runs cold; the next ones of that environment are
-warm. ``python -m harness train|index|search|measure --job ...``
+environment finds no server: it starts one and waits for it to listen (cold, it would import the
+same libraries; the wait is bounded, and a server that dies lets it run cold); every job of that
+environment is warm. ``python -m harness train|index|search|measure --job ...``
 (:func:`run`) hands the server its arguments, working folder, environment and its stdin, stdout
 and stderr (file descriptors passed over the socket); the server forks, and the child runs the
 command as the process itself would have (``harness.cli.main``), with its exit status passed back.
@@ -51,8 +52,19 @@ ENV_DIR = "HARNESS_WARM_DIR"
 ENV_PARENT = "HARNESS_WARM_PARENT"
 #: set in a warm child's environment: the server's mode
 CHILD = "HARNESS_WARM_CHILD"
-#: what a server imports before it listens
-PRELOAD = ("numpy", "torch", "transformers")
+#: what a server imports before it listens: the libraries its jobs import, not only their top
+#: packages (transformers' is lazy: a job's first ``AutoModel`` still imported modeling_utils, the
+#: BERT modules, torch.distributed, scipy and sympy: 2-4 s of every warm job here). Never a library
+#: that starts a thread of its own or a JVM when imported (pyserini, jnius; pandas, whose pyarrow
+#: starts jemalloc's background thread): a fork copies only the calling thread. The only threads a
+#: server has are OpenBLAS's pools (numpy's and scipy's), which re-create themselves in a forked
+#: child (tests/test_warm.py checks that preloading adds no other). A module not installed is skipped.
+PRELOAD = ("numpy", "torch", "transformers", "transformers.modeling_utils",
+           "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto",
+           "transformers.models.bert.modeling_bert", "transformers.models.bert.tokenization_bert",
+           "scipy.sparse", "scipy.stats", "sympy", "accelerate", "numba", "faiss", "peft")
+#: how long a job waits for a server that another job (or it) started to listen, before running cold
+AWAIT_S = 60.0
 #: the stage commands a server runs (they load models; the rest import none of PRELOAD's weight)
 COMMANDS = ("train", "index", "search", "measure")
 #: variables the preloaded libraries (or the interpreter) read when they load: a client whose values
@@ -105,7 +117,8 @@ def _mode_env(mode: str, env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _spawn(folder: Path, mode: str, path: Path) -> None:
-    """Start the server of ``path`` with this process's environment, unless another job already is."""
+    """Start the server of ``path`` with this process's environment, unless another job already is;
+    its pid goes into the ``.starting`` marker (:func:`_await`)."""
     parent = os.environ.get(ENV_PARENT, "")
     if not parent.isdigit():
         return
@@ -113,11 +126,39 @@ def _spawn(folder: Path, mode: str, path: Path) -> None:
         fd = os.open(path.with_suffix(".starting"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except OSError:
         return
-    os.close(fd)
     with open(path.with_suffix(".log"), "w") as log:
-        subprocess.Popen([sys.executable, "-m", "harness.warm", "--dir", str(folder), "--mode", mode,
-                          "--parent", parent], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", "harness.warm", "--dir", str(folder), "--mode", mode,
+                                 "--parent", parent], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
+    os.write(fd, str(proc.pid).encode())
+    os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a dead server the spawning job has not reaped is a zombie: not alive)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _await(path: Path, limit_s: float = AWAIT_S) -> bool:
+    """Wait for the server of ``path`` that a job started to listen: it imports what this command
+    would import cold, so waiting costs nothing (two processes importing at once on a small machine
+    each take longer). False, to run cold, when none is starting, it died, or ``limit_s`` passed."""
+    marker = path.with_suffix(".starting")
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        if path.exists():
+            return True
+        try:
+            pid = marker.read_text()
+        except OSError:
+            return False
+        if pid.isdigit() and not _alive(int(pid)):
+            return False
+        time.sleep(0.05)
+    return False
 
 
 # --------------------------------------------------------------------------- client
@@ -145,13 +186,15 @@ def run(argv: list[str]) -> int | None:
     if mode is None:
         return None
     path = socket_path(Path(folder), mode, _mode_env(mode, os.environ))
+    if not path.exists() and Path(folder).is_dir():
+        _spawn(Path(folder), mode, path)
+        if not _await(path):
+            return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
     except OSError:
         sock.close()
-        if Path(folder).is_dir():
-            _spawn(Path(folder), mode, path)
         return None
     try:
         payload = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
@@ -184,7 +227,7 @@ def run(argv: list[str]) -> int | None:
 
 # --------------------------------------------------------------------------- server
 
-def _child(conn: socket.socket, mode: str, server_fp: str) -> None:
+def _child(conn: socket.socket, mode: str, server_fp: str, set_by_imports: Mapping[str, str]) -> None:
     """In the forked child: become the client's process, run its command, send its status. Never returns."""
     from harness import numerics
 
@@ -206,6 +249,8 @@ def _child(conn: socket.socket, mode: str, server_fp: str) -> None:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
+        for k, v in set_by_imports.items():
+            os.environ.setdefault(k, v)
         os.environ[CHILD] = mode  # meta.json's warm_start (harness.stages)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 (the process's own streams, open until it exits)
         sys.stdout = open(1, "w", buffering=1 if os.isatty(1) else -1, closefd=False)  # noqa: SIM115
@@ -246,16 +291,33 @@ def _child(conn: socket.socket, mode: str, server_fp: str) -> None:
         os._exit(rc)
 
 
+def preload() -> list[str]:
+    """Import PRELOAD (those installed): the modules imported."""
+    import importlib
+
+    done = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        done.append(name)
+    return done
+
+
 def serve(folder: Path, mode: str, parent: int) -> int:
     """Preload PRELOAD under ``mode``'s variables, then fork a child per connection until the
     process ``parent`` (the Snakemake run) is gone."""
     from harness import numerics
 
     numerics.apply(mode)
-    for name in PRELOAD:
-        __import__(name)
-    server_fp = fingerprint(os.environ)
-    path = socket_path(folder, mode, os.environ)
+    loaded_under = dict(os.environ)  # what the libraries read as they loaded: the clients must match it
+    preload()
+    # what importing them set (transformers' import of torch._inductor sets TORCHINDUCTOR_CACHE_DIR):
+    # a cold process would have it too, so each child gets it
+    set_by_imports = {k: v for k, v in os.environ.items() if k not in loaded_under}
+    server_fp = fingerprint(loaded_under)
+    path = socket_path(folder, mode, loaded_under)
     tmp = path.with_suffix(".tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
@@ -280,7 +342,7 @@ def serve(folder: Path, mode: str, parent: int) -> int:
         if os.fork() == 0:
             sock.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            _child(conn, mode, server_fp)
+            _child(conn, mode, server_fp, set_by_imports)
         conn.close()
     with contextlib.suppress(FileNotFoundError):
         path.unlink()

@@ -82,7 +82,22 @@ def test_warm_jobs_write_what_cold_jobs_write(repo, tmp_path):
     cold = _dag(repo, tmp_path / "cold", warm_on=False)
     hot = _dag(repo, tmp_path / "warm", warm_on=True)
     started = {k: json.loads((p / "meta.json").read_text())["warm_start"] for k, p in hot.items()}
-    assert started["index"] and started["run"], started     # the train job started the server (cold)
+    assert all(started.values()), started     # the train job started the server and waited for it
     assert not any(json.loads((p / "meta.json").read_text())["warm_start"] for p in cold.values())
     for key in cold:
         assert _files(hot[key]) and _files(hot[key]) == _files(cold[key]), key
+
+
+def test_preloading_starts_no_thread_a_fork_would_lose(repo):
+    """The server forks its jobs: a thread alive at the fork is not in the child (a lock it holds
+    stays held). Preloading may add no thread beyond OpenBLAS's pools, which numpy and scipy start
+    when they load and re-create after a fork."""
+    probe = ("import os\nfrom harness import numerics, warm\nnumerics.apply('portable')\n"
+             "import numpy, scipy.linalg\nbase = len(os.listdir('/proc/self/task'))\n"
+             "done = warm.preload()\nprint(base, len(os.listdir('/proc/self/task')), ' '.join(done))\n")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    base, after, *done = r.stdout.split()
+    assert after == base, f"preloading {warm.PRELOAD} started {int(after) - int(base)} thread(s)"
+    assert {"torch", "transformers.modeling_utils", "transformers.models.bert.modeling_bert"} <= set(done)
+    assert not {"pyserini", "jnius", "pandas"} & set(done)
