@@ -9,7 +9,7 @@ socket: one per numerics mode (:mod:`harness.numerics`: ``portable`` for train/i
 (Snakemake sets ``OMP_NUM_THREADS`` and its kin to each job's threads). The first job of an
 environment finds no server: it starts one and waits for it to listen (cold, it would import the
 same libraries; the wait is bounded, and a server that dies lets it run cold); every job of that
-environment is warm. ``python -m harness train|index|search|measure --job ...``
+environment is warm. ``python -m harness train|index|search|measure|evaluate --job ...`` and ``table --paper ...``
 (:func:`run`) hands the server its arguments, working folder, environment and its stdin, stdout
 and stderr (file descriptors passed over the socket); the server forks, and the child runs the
 command as the process itself would have (``harness.cli.main``), with its exit status passed back.
@@ -65,8 +65,11 @@ PRELOAD = ("numpy", "torch", "transformers", "transformers.modeling_utils",
            "scipy.sparse", "scipy.stats", "sympy", "accelerate", "numba", "faiss", "peft")
 #: how long a job waits for a server that another job (or it) started to listen, before running cold
 AWAIT_S = 60.0
-#: the stage commands a server runs (they load models; the rest import none of PRELOAD's weight)
-COMMANDS = ("train", "index", "search", "measure")
+#: the commands a server runs, each with the option that makes it one job of a run: a plan job's
+#: (``--job``: they load models) and a rendered table's (``--paper``: the learning check's paired
+#: tests import scipy.stats, half of a cold table job). Every other command runs cold.
+COMMANDS = {"train": "--job", "index": "--job", "search": "--job", "measure": "--job", "evaluate": "--job",
+            "table": "--paper"}
 #: variables the preloaded libraries (or the interpreter) read when they load: a client whose values
 #: differ from the server's is refused (it runs cold)
 LOAD_TIME = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "BLIS_", "ATEN_", "ONEDNN_", "DNNL_",
@@ -90,11 +93,12 @@ def _command(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def mode_of(argv: list[str]) -> str | None:
     """The numerics mode a warm server must have for this command, or None when the command is not
-    one a server runs (every command but a stage job's)."""
+    one a server runs (every command but a job's: :data:`COMMANDS`)."""
     from harness import numerics
 
     command, args = _command(argv)
-    if command not in COMMANDS or "--job" not in args and not any(a.startswith("--job=") for a in args):
+    key = COMMANDS.get(command or "")
+    if key is None or key not in args and not any(a.startswith(f"{key}=") for a in args):
         return None
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--config", nargs="*", default=[])

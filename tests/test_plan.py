@@ -272,8 +272,8 @@ def test_matrices_name_only_systems_the_plan_produces(profile):
 
 @pytest.mark.parametrize("prof", ["smoke", "small", "paper", "toy"])
 def test_dry_run_reaches_every_system(prof, tmp_path, request):
-    """`snakemake -n reproduce_all`: one evaluate per test-split search job, one measure per measure job,
-    and every model of the plan."""
+    """`snakemake -n reproduce_all`: every kind of rule, one evaluate per test-split search job, one
+    measure per measure job, and every model of the plan (the workflow's dry run of each profile)."""
     env = None
     if prof == "toy":
         request.getfixturevalue("toy_registered")
@@ -285,6 +285,10 @@ def test_dry_run_reaches_every_system(prof, tmp_path, request):
     r = smk(*args, "--config", f"results_dir={tmp_path}", env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
+    rules = ["table", "train", "index", "search", "measure", "evaluate", "claims", "report"]
+    if (REPO / "configs" / "expected" / f"{cfg_profile(prof)}.yaml").exists():
+        rules.append("regression")
+    assert not [rule for rule in rules if not stats[rule]], stats
     tests = [j for j in p.concrete("search") if j.params.get("split", "test") == "test"]
     assert stats["evaluate"] == len(tests), (stats, len(tests))
     assert stats["measure"] == len(p.concrete("measure"))

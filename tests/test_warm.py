@@ -32,8 +32,10 @@ def test_only_stage_jobs_go_to_a_server_and_each_under_its_numerics_mode(tmp_pat
     native = tmp_path / "native.yaml"
     native.write_text("numerics: native\n")
     assert warm.mode_of(["train", "--config", str(native), "--job", "dpr", "--out", "x"]) == "native"
-    for argv in (["search", "--index", "i", "--topics", "t", "--output", "o"], ["evaluate", "--job", "dpr"],
-                 ["table", "--paper", "dpr"], ["data", "--dataset", "smoke"], [], ["--log", "l.log"]):
+    assert warm.mode_of(["evaluate", "--job", "dpr", "--dataset", "smoke", "--out", "x"]) == "native"
+    assert warm.mode_of(["--log", "l.log", "table", "--paper", "dpr", "--table", "2"]) == "native"
+    for argv in (["search", "--index", "i", "--topics", "t", "--output", "o"], ["evaluate", "qrels", "run", "nDCG@10"],
+                 ["table", "--help"], ["data", "--dataset", "smoke"], ["report"], [], ["--log", "l.log"]):
         assert warm.mode_of(argv) is None, argv
 
 
