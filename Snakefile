@@ -17,6 +17,7 @@ onstart:
 
     warm.precompile()  # the jobs read the package's bytecode instead of compiling it each
     warm.start()
+    hwf.steady_scheduler(workflow)  # no spinning scheduler loop on a local run (snakemake#3744)
 
 
 onsuccess:

@@ -183,3 +183,24 @@ def all_outputs(cfg: Mapping[str, Any]) -> list[str]:
            if j.params.get("split", "test") == "test"]
     out += [str(hplan.output(cfg, j)) for j in p.concrete("measure")]
     return sorted(out)
+
+
+def steady_scheduler(workflow: Any) -> bool:
+    """Stop Snakemake's local scheduler from spinning (called from the Snakefile's ``onstart``).
+
+    Snakemake 9's scheduler loop starts a ``threading.Timer`` of its job-rate limiter's timespan
+    (default ``--max-jobs-per-timespan 100/1s``) on every pass, and every finished job wakes the loop
+    once more, so each finished job adds a chain of passes that lasts the whole run (snakemake#3744,
+    open): near the end of a 304-job smoke run the loop ran some 300 times a second (170,000 timer
+    threads started in 20 minutes) and the Snakemake process took a third of one of the machine's two
+    cores from the jobs. A local run needs no submission-rate limit: drop it, as Snakemake does for a
+    dry run. Only for local execution with the default limit: a cluster executor's, or one the user
+    set, stays. True when it was dropped."""
+    sched = getattr(workflow, "scheduler", None)
+    limiter = getattr(sched, "job_rate_limiter", None)
+    if limiter is None or not getattr(workflow, "local_exec", False):
+        return False
+    if (getattr(limiter, "max_jobs", None), getattr(limiter, "timespan", None)) != (100, 1):
+        return False
+    sched.job_rate_limiter = None
+    return True

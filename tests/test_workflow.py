@@ -102,3 +102,24 @@ def test_smoke_jobs_read_only_settings_their_hashes_cover(smoke_run, repo):
     assert sum(1 for m in metas if "settings_read" in m.read_text(encoding="utf-8")) > 50
     found = hplan.unhashed_in_results(cfg)
     assert not found, "settings read but not hashed:\n" + "\n".join(f"  {k}: {', '.join(v)}" for k, v in found.items())
+
+
+def test_steady_scheduler_drops_only_a_local_runs_default_rate_limit():
+    """Snakemake's default job-rate limiter makes its local scheduler loop spin (snakemake#3744):
+    the Snakefile's onstart drops it for a local run, and only the default one."""
+    from types import SimpleNamespace
+
+    from snakemake.scheduling.job_scheduler import JobRateLimiter
+    from snakemake.settings.types import MaxJobsPerTimespan
+
+    from harness.workflow import steady_scheduler
+
+    def wf(limit: str, local: bool = True):
+        return SimpleNamespace(local_exec=local, scheduler=SimpleNamespace(
+            job_rate_limiter=JobRateLimiter(MaxJobsPerTimespan.parse_choice(limit))))
+
+    local = wf("100/1s")
+    assert steady_scheduler(local) and local.scheduler.job_rate_limiter is None
+    for kept in (wf("100/1s", local=False), wf("10/1m")):
+        assert not steady_scheduler(kept) and kept.scheduler.job_rate_limiter is not None
+    assert not steady_scheduler(SimpleNamespace(local_exec=True))   # no scheduler (a dry run's onstart)
