@@ -5,7 +5,7 @@ and a smoke ``reproduce_all`` has ~170 jobs that train, encode or search with a 
 of its wall time was imports. While a Snakemake run lasts (Snakefile ``onstart`` makes the
 servers' folder), a *warm server* per environment imports those libraries once and waits on a Unix
 socket: one per numerics mode (:mod:`harness.numerics`: ``portable`` for train/index/search jobs,
-``native`` for measure jobs) and per value of the variables libraries read when they load
+``native`` for measure, evaluate and table jobs) and per value of the variables libraries read when they load
 (Snakemake sets ``OMP_NUM_THREADS`` and its kin to each job's threads). The first job of an
 environment finds no server: it starts one and waits for it to listen (cold, it would import the
 same libraries; the wait is bounded, and a server that dies lets it run cold); every job of that

@@ -185,6 +185,10 @@ def all_outputs(cfg: Mapping[str, Any]) -> list[str]:
     return sorted(out)
 
 
+#: Snakemake's default ``--max-jobs-per-timespan 100/1s`` as (jobs, seconds), the limit steady_scheduler drops
+SNAKEMAKE_DEFAULT_RATE = (100, 1)
+
+
 def steady_scheduler(workflow: Any) -> bool:
     """Stop Snakemake's local scheduler from spinning (called from the Snakefile's ``onstart``).
 
@@ -194,13 +198,13 @@ def steady_scheduler(workflow: Any) -> bool:
     open): near the end of a 304-job smoke run the loop ran some 300 times a second (170,000 timer
     threads started in 20 minutes) and the Snakemake process took a third of one of the machine's two
     cores from the jobs. A local run needs no submission-rate limit: drop it, as Snakemake does for a
-    dry run. Only for local execution with the default limit: a cluster executor's, or one the user
-    set, stays. True when it was dropped."""
+    dry run. Only on local execution and only the default limit (:data:`SNAKEMAKE_DEFAULT_RATE`): a
+    cluster run's limit, and any other the user set, stays. True when it was dropped."""
     sched = getattr(workflow, "scheduler", None)
     limiter = getattr(sched, "job_rate_limiter", None)
     if limiter is None or not getattr(workflow, "local_exec", False):
         return False
-    if (getattr(limiter, "max_jobs", None), getattr(limiter, "timespan", None)) != (100, 1):
+    if (getattr(limiter, "max_jobs", None), getattr(limiter, "timespan", None)) != SNAKEMAKE_DEFAULT_RATE:
         return False
     sched.job_rate_limiter = None
     return True
