@@ -36,6 +36,11 @@ AMD EPYC, both portable. So portable also trains with AdamW's fused CPU step (:f
 whose square root is the CPU's correctly rounded one (the same bits everywhere), and QCR's entropy
 loss takes ``torch.cdist``'s exact-difference form (its matmul form ends in the same VML ``sqrt``).
 
+Portable's matrix products run on MKL's SSE2 branch, half the speed of numpy's OpenBLAS on its
+(pinned) Haswell kernels here; the one product that dominates CPU training and encoding, the
+vocabulary projection of VDR/SVDR and LightRetriever's sparse side, therefore runs in numpy under
+portable (:mod:`harness.models.projection`, ``python -m harness bench projection``: 1.9x).
+
 ``native``: the kernels each library picks for this CPU (fastest; the paper profile, which says
 so). Measure jobs always run native: their figures time the machine as it is, not a pinned path.
 
@@ -47,6 +52,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -69,14 +75,31 @@ PORTABLE_ENV: dict[str, str] = {
 #: libraries whose kernel choice the variables steer; they read them when they load
 _LOADERS = ("numpy", "torch", "faiss")
 #: the revision of what portable computes; job hashes carry it (:func:`identity`), so an artifact
-#: built on an earlier portable path is rebuilt (2: AdamW's fused step, not MKL VML's sqrt)
-PORTABLE_REVISION = 2
+#: built on an earlier portable path is rebuilt (2: AdamW's fused step, not MKL VML's sqrt; 3: the
+#: vocabulary projection's product in numpy's OpenBLAS, harness.models.projection)
+PORTABLE_REVISION = 3
 _active = "native"  # the mode apply() set in this process
 
 
 def identity(mode: str) -> str:
     """What a job's hash carries for ``mode``: ``portable/<revision>`` or ``native``."""
     return f"portable/{PORTABLE_REVISION}" if mode == "portable" else mode
+
+
+def active() -> str:
+    """The mode :func:`apply` set in this process ("native" before any call)."""
+    return _active
+
+
+@lru_cache(maxsize=1)
+def blas_controller():
+    """threadpoolctl's view of the loaded BLAS libraries (numpy's OpenBLAS), found once per process
+    (scanning them costs ~0.3 ms; limiting through it ~15 us): products that must not depend on the
+    thread count run under ``blas_controller().limit(limits=1)`` (:mod:`harness.indexes.blas`,
+    :mod:`harness.models.projection`)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
 
 
 def optimizer_options() -> dict[str, Any]:

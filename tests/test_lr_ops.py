@@ -146,6 +146,27 @@ def test_projection_max_fully_masked_row():
     assert projection_max(hidden[:, :0], weight, b).abs().sum() == 0  # T == 0
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_projection_max_packed_kernel_under_portable_matches_torchs(bias, monkeypatch):
+    """Under portable numerics a CPU float32 forward runs the shared numpy kernel (kept positions
+    packed): the same values, arg-max positions and gradients as torch's chunked path, a fully
+    masked row and no mask at all included."""
+    from harness import numerics
+
+    hidden, weight, b, mask = _inputs(B=4, T=9, V=40, bias=bias, seed=5)
+    mask[2] = False
+    out = {}
+    for mode in ("native", "portable"):
+        monkeypatch.setattr(numerics, "_active", mode)
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        y = projection_max(h, w, b, mask)
+        (y * torch.arange(y.numel()).view_as(y)).sum().backward()
+        out[mode] = y.detach(), h.grad, w.grad, projection_max(hidden, weight, b, None)
+    for got, want in zip(out["portable"], out["native"], strict=True):
+        torch.testing.assert_close(got, want)
+    assert torch.equal(out["portable"][0][2], torch.zeros(40))
+
+
 def test_block_inputs_hand_checked():
     ids, pos, allowed, eos = block_inputs([1, 2], [10, 11], eos_id=9)
     assert ids.tolist() == [1, 2, 10, 9, 11, 9]

@@ -160,6 +160,12 @@ from harness.methods.qcr import entropy_loss  # QCR's loss over its FSQ codebook
 z, book = torch.randn(256, 5, generator=g).requires_grad_(), torch.randn(625, 5, generator=g)
 entropy_loss(z, book)[0].backward()
 w = hashlib.sha256((w + str(z.grad.numpy().tobytes())).encode()).hexdigest()[:16]
+import numpy as np  # the vocabulary projection's product (numpy's OpenBLAS under portable)
+from harness.models.projection import segment_max
+r = np.random.default_rng(0)
+pv, pa = segment_max(r.standard_normal((600, 64), dtype=np.float32), r.standard_normal((3000, 64), dtype=np.float32),
+                     None, [0, 100, 600], threads=2)
+w = hashlib.sha256((w + str(pv.tobytes()) + str(pa.tobytes())).encode()).hexdigest()[:16]
 print("weights", w, "sqrt", s)
 '''
 

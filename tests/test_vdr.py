@@ -77,11 +77,15 @@ def test_max_project_value_and_gradient_match_naive_torch(with_bias):
     assert torch.all(grads[0][1, 4:] == 0) and torch.all(grads[0][2, 1:] == 0)
 
 
-def test_max_project_chunks_do_not_change_the_result():
+def test_max_project_chunks_do_not_change_the_result(monkeypatch):
+    from harness.models import projection
+
     h = torch.randn(5, 9, 4)
     w = torch.randn(13, 4)
-    a, ia = vdr.max_project(h, [9, 3, 9, 2, 6], w, chunk=4)
-    b, ib = vdr.max_project(h, [9, 3, 9, 2, 6], w, chunk=1000)
+    monkeypatch.setattr(projection, "BLOCK_TOKENS", 4)
+    a, ia = vdr.max_project(h, [9, 3, 9, 2, 6], w)
+    monkeypatch.setattr(projection, "BLOCK_TOKENS", 1000)
+    b, ib = vdr.max_project(h, [9, 3, 9, 2, 6], w)
     torch.testing.assert_close(a, b)
     assert torch.equal(ia, ib)
 

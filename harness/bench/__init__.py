@@ -18,6 +18,7 @@ BENCHMARKS.add("phrase-search", "harness.bench.phrase_search")
 BENCHMARKS.add("numerics", "harness.bench.numerics")
 BENCHMARKS.add("flat-search", "harness.bench.flat_search")
 BENCHMARKS.add("backbones", "harness.bench.backbones")
+BENCHMARKS.add("projection", "harness.bench.projection")
 
 
 def run(name: str, argv: list[str]) -> int:

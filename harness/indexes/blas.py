@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from functools import lru_cache
 
 import numpy as np
+
+from harness.numerics import blas_controller
 
 #: database rows per product. Fixed, and each product single-threaded, so that a score never depends
 #: on the thread count: OpenBLAS splits a product differently for 1 and 2 threads and the last bits
@@ -23,18 +24,9 @@ CHUNK_ROWS = 1 << 16
 BLOCK_BYTES = 64 << 20
 
 
-@lru_cache(maxsize=1)
-def _blas():
-    """threadpoolctl's view of the loaded BLAS libraries, found once per process (scanning them costs
-    ~0.3 ms, which a one-question search would pay on every call; limiting through it costs ~15 us)."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController().select(user_api="blas")
-
-
 def blas_threads() -> int:
     """The thread count numpy's BLAS was given (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, or the cores)."""
-    return max(1, max((int(i["num_threads"]) for i in _blas().info()), default=1))
+    return max(1, max((int(i["num_threads"]) for i in blas_controller().info()), default=1))
 
 
 def _top(S: np.ndarray, rows: np.ndarray | int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +56,7 @@ def topk_inner_product(q: np.ndarray, x: np.ndarray, k: int,
     chunks = list(range(0, n, CHUNK_ROWS))
     step = max(1, BLOCK_BYTES // (4 * min(n, CHUNK_ROWS)))
     workers = min(len(chunks), threads or blas_threads())
-    with _blas().limit(limits=1), ThreadPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
+    with blas_controller().limit(limits=1), ThreadPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
         for b in range(0, q.shape[0], step):
             qb = q[b:b + step]
 

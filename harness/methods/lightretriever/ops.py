@@ -29,6 +29,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from harness.models.projection import segment_max_torch, use_numpy
+
 # Elements of the [B, v-chunk, H] temporaries in projection_max's backward pass.
 _MASKED = -1.0e4  # added to the logits of masked positions (far below any real logit; finite in bf16)
 _BACKWARD_BUDGET = 1 << 24
@@ -50,6 +52,11 @@ class _ProjectionMax(torch.autograd.Function):
     ) -> Tensor:
         B, T, _ = hidden.shape
         V = weight.shape[0]
+        if use_numpy(hidden) and weight.dtype == torch.float32:
+            best, arg, valid = _projection_max_packed(hidden, weight, bias, mask)
+            ctx.save_for_backward(hidden, weight, arg, valid)
+            ctx.has_bias = bias is not None
+            return torch.where(valid, best, torch.zeros_like(best))
         best = hidden.new_full((B, V), float("-inf"))
         arg = torch.zeros((B, V), dtype=torch.int64, device=hidden.device)
         ones = hidden.new_ones((B, T, 1))
@@ -100,6 +107,20 @@ class _ProjectionMax(torch.autograd.Function):
         if grad_w is not None:
             grad_w = grad_w.to(weight.dtype)
         return grad_h, grad_w, grad_b, None, None
+
+
+def _projection_max_packed(hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor | None):
+    """The forward of :class:`_ProjectionMax` through the shared kernel (harness.models.projection):
+    the kept positions packed row after row, (best [B, V], arg [B, V] position, valid [B, 1])."""
+    B, T, _ = hidden.shape
+    keep = torch.ones((B, T), dtype=torch.bool) if mask is None else mask.to(dtype=torch.bool)
+    counts = keep.sum(1)
+    starts = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    best, a = segment_max_torch(hidden[keep], weight, bias, starts.numpy())
+    t_of = keep.nonzero()[:, 1]                                            # each packed row's position
+    flat = (starts[:-1, None] + a).clamp(max=max(0, len(t_of) - 1))
+    arg = t_of[flat] if len(t_of) else torch.zeros_like(a)
+    return best, arg, (counts > 0)[:, None]
 
 
 def eos_pool(last_hidden: Tensor, attention_mask: Tensor) -> Tensor:

@@ -17,49 +17,24 @@ import numpy as np
 from harness.datasets import Doc
 from harness.errors import ConfigError, DataError
 from harness.models.backbones import load_mlm, load_tokenizer
+from harness.models.projection import BLOCK_TOKENS, segment_max_torch
 from harness.models.runtime import quiet_transformers, torch_for
 
 MODEL_SETTINGS = "vdr.json"
 HEAD_FILE = "vdr_head.pt"
-CHUNK_TOKENS = 1024  # tokens projected at once: [1024 x 29,523] float32 logits = 121 MB
+CHUNK_TOKENS = BLOCK_TOKENS  # tokens projected at once (harness.models.projection)
 
 
-def _groups(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Consecutive rows packed so that each group has at most ``budget`` tokens (>= one row)."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    used = 0
-    for i, n in enumerate(lengths):
-        if cur and used + n > budget:
-            out.append(cur)
-            cur, used = [], 0
-        cur.append(i)
-        used += n
-    if cur:
-        out.append(cur)
-    return out
-
-
-def max_project(h, lengths: Sequence[int], weight, bias=None, chunk: int = CHUNK_TOKENS):
+def max_project(h, lengths: Sequence[int], weight, bias=None):
     """max over the first ``lengths[b]`` tokens of ``h[b] @ weight.T (+ bias)``: values [B, V] and
-    the arg-max token of every dimension [B, V] (no autograd)."""
+    the arg-max token of every dimension [B, V] (no autograd; the shared kernel of
+    :mod:`harness.models.projection`, in numpy under portable numerics)."""
     import torch
 
-    B, V = h.shape[0], weight.shape[0]
-    values = torch.empty(B, V, dtype=h.dtype, device=h.device)
-    arg = torch.empty(B, V, dtype=torch.long, device=h.device)
+    starts = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])
     with torch.no_grad():
-        for group in _groups(lengths, chunk):
-            packed = torch.cat([h[b, : lengths[b]] for b in group])
-            logits = weight @ packed.T  # [V, tokens]: the max runs along contiguous memory
-            if bias is not None:
-                logits += bias.unsqueeze(1)
-            s = 0
-            for b in group:
-                v, i = logits[:, s : s + lengths[b]].max(1)
-                values[b], arg[b] = v, i
-                s += lengths[b]
-    return values, arg
+        packed = torch.cat([h[b, : lengths[b]] for b in range(h.shape[0])])
+        return segment_max_torch(packed, weight, bias, starts)
 
 
 def _max_project_function():
