@@ -15,6 +15,19 @@ from harness.job import Stage
 from harness.methods.base import section
 
 
+_PLAN: list[Any] = [None, None]  # (the Snakemake config, its plan): one per run
+
+
+def _plan(cfg: Mapping[str, Any]) -> hplan.Plan:
+    """The plan of the run's config, built once: Snakemake's config is fixed once the Snakefile has
+    been read, and hplan.get serialises the whole config to find its cached plan, which every input
+    function of every job paid (13 % of a dry run). Kept by identity, with the config itself held so
+    that its id is never reused."""
+    if _PLAN[0] is not cfg:
+        _PLAN[:] = [cfg, hplan.get(cfg)]
+    return _PLAN[1]
+
+
 def _stage(rule: str) -> Stage:
     """The plan's stage of a generic rule: the stage's own rule, or ``evaluate`` (a search job's runs)."""
     return Stage.SEARCH if rule == "evaluate" else Stage(rule)
@@ -24,12 +37,12 @@ def _job(cfg: Mapping[str, Any], stage: str, wc: Any) -> hplan.Job:
     """The plan's job of a rule's wildcards (a rule without ``{job}``, negatives or decontam, runs the
     one job its stage has per dataset or in all, named as the stage)."""
     st = _stage(stage)
-    return hplan.get(cfg).job(st, getattr(wc, "job", st.value), getattr(wc, "dataset", None) if st.per_dataset else None)
+    return _plan(cfg).job(st, getattr(wc, "job", st.value), getattr(wc, "dataset", None) if st.per_dataset else None)
 
 
 def inputs(cfg: Mapping[str, Any], stage: str, wc: Any) -> dict[str, str]:
     """role -> path of a job's inputs; ``evaluate`` reads the search job's run folder and the data."""
-    p = hplan.get(cfg)
+    p = _plan(cfg)
     job = _job(cfg, stage, wc)
     if stage == "evaluate":
         return {"data": str(hplan.path(cfg, hplan.Ref("data", dataset=job.dataset))),
@@ -39,7 +52,7 @@ def inputs(cfg: Mapping[str, Any], stage: str, wc: Any) -> dict[str, str]:
 
 def job_hash(cfg: Mapping[str, Any], stage: str, wc: Any) -> str:
     """The job's hash (a rule param: a changed setting re-runs exactly the jobs that read it)."""
-    p = hplan.get(cfg)
+    p = _plan(cfg)
     job = _job(cfg, stage, wc)
     if stage == "evaluate":
         return p.eval_hash(job)
@@ -69,7 +82,7 @@ def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tup
     from harness.tables.matrix import published, resolve_table
     from harness.published import PAPERS
 
-    p = hplan.get(cfg)
+    p = _plan(cfg)
     cached = getattr(p, "_served_tables", None)
     if cached is not None:
         return cached
@@ -117,7 +130,7 @@ def serves_text(tables: set[tuple[str, str]]) -> str:
 def serves_map(cfg: Mapping[str, Any]) -> dict[str, str]:
     """``<stage>/<job>/<dataset>`` -> the paper tables that job serves, for every concrete job of the plan."""
     served = _served(cfg)
-    p = hplan.get(cfg)
+    p = _plan(cfg)
     jobs = [j for stage in ("train", "index", "search", "measure") for j in p.concrete(stage)]
     jobs += [p.job(*k) for k in served if k[0] == "index"]  # index templates instantiated per dataset
     out = {_key(j): serves_text(served.get((j.stage, j.id, j.dataset), set())) for j in jobs}
@@ -161,7 +174,7 @@ def announce(cfg: Mapping[str, Any], job: hplan.Job, stage: str | None = None) -
 
 
 def ids(cfg: Mapping[str, Any], stage: str) -> list[str]:
-    return hplan.get(cfg).ids(_stage(stage)) or ["none"]
+    return _plan(cfg).ids(_stage(stage)) or ["none"]
 
 
 def data_inputs(cfg: Mapping[str, Any], wc: Any) -> list[str]:
@@ -172,13 +185,13 @@ def data_inputs(cfg: Mapping[str, Any], wc: Any) -> list[str]:
 
 
 def data_hash(cfg: Mapping[str, Any], wc: Any) -> str:
-    return hplan.get(cfg).ref_hash(hplan.Ref("data", dataset=wc.dataset))
+    return _plan(cfg).ref_hash(hplan.Ref("data", dataset=wc.dataset))
 
 
 def all_outputs(cfg: Mapping[str, Any]) -> list[str]:
     """Every evaluation of a test-split search job and every measure job: what ``reproduce_all``
     asks for besides the tables, claims and regression (so every declared system is reached)."""
-    p = hplan.get(cfg)
+    p = _plan(cfg)
     out = [str(hplan.path(cfg, hplan.Ref("eval", j.id, j.dataset))) for j in p.concrete("search")
            if j.params.get("split", "test") == "test"]
     out += [str(hplan.output(cfg, j)) for j in p.concrete("measure")]
