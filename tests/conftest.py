@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -62,17 +63,99 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.smoke_dag)
 
 
-@pytest.fixture(scope="session")
-def smoke_run(repo, tmp_path_factory):
-    """The whole DAG on the smoke profile, once per session, into a temporary results folder:
-    (results folder, the finished snakemake process). Tests that use it are marked slow."""
-    import subprocess
-    import sys
+class _DagLast:
+    @pytest.hookimpl(trylast=True)  # after the -m selection and pytest's own fixture ordering
+    def pytest_collection_modifyitems(self, items):
+        _reorder(items)
 
-    out = tmp_path_factory.mktemp("smoke-run")
-    r = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "--cores", "2", "reproduce_all",
-                        "--config", f"results_dir={out}"], check=False, cwd=repo, capture_output=True, text=True, timeout=2400)
-    return out, r
+
+def pytest_configure(config):
+    config.pluginmanager.register(_DagLast(), "harness-smoke-dag-last")
+
+
+def _reorder(items):
+    """Modules with no test that reads the smoke DAG first, then the others, each module's tests
+    together and in their order (module fixtures are set up once): the DAG, started in the
+    background as collection ends (:func:`pytest_collection_finish`), runs beside the first group."""
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    dag_modules = {module(item) for item in items if item.get_closest_marker("smoke_dag")}
+    items[:] = sorted(items, key=lambda item: module(item) in dag_modules)
+
+
+class _SmokeDag:
+    """The whole DAG on the smoke profile (``snakemake reproduce_all``) into a temporary results
+    folder, run once per session in the background: started when collection ends if a selected test
+    reads it, waited for by :func:`smoke_run`, stopped if the session ends first."""
+
+    def __init__(self) -> None:
+        self.proc = None
+        self.out: Path | None = None
+        self.started = 0.0
+
+    def start(self, tmp_factory) -> None:
+        import subprocess
+        import sys
+        import time
+
+        self.out = tmp_factory.mktemp("smoke-run")
+        logs = self.out.parent / f"{self.out.name}-snakemake"
+        logs.mkdir()
+        self.logs = (open(logs / "stdout", "w+"), open(logs / "stderr", "w+"))  # noqa: SIM115 (closed in result)
+        self.proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--nolock", "--cores", "2", "reproduce_all",
+                                      "--config", f"results_dir={self.out}"], cwd=REPO, stdout=self.logs[0],
+                                     stderr=self.logs[1], text=True, start_new_session=True)
+        self.started = time.monotonic()
+
+    def result(self):
+        import subprocess
+        import time
+
+        try:
+            self.proc.wait(timeout=max(1.0, 2400 - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.stop()
+        texts = []
+        for f in self.logs:
+            f.seek(0)
+            texts.append(f.read())
+            f.close()
+        return self.out, subprocess.CompletedProcess(self.proc.args, self.proc.returncode, *texts)
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 (it must not outlive the session)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+_DAG = _SmokeDag()
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly or not any(i.get_closest_marker("smoke_dag") for i in session.items):
+        return
+    _DAG.start(session.config._tmp_path_factory)
+
+
+def pytest_sessionfinish(session):
+    _DAG.stop()
+
+
+@pytest.fixture(scope="session")
+def smoke_run():
+    """The whole DAG on the smoke profile, once per session, into a temporary results folder:
+    (results folder, the finished snakemake process). Tests that use it carry the marker smoke_dag."""
+    if _DAG.proc is None:
+        pytest.fail("the smoke DAG was not started as collection ended (tests/conftest.py pytest_collection_finish)")
+    return _DAG.result()
 
 
 @pytest.fixture(autouse=True)

@@ -135,11 +135,9 @@ def test_decontam_over_the_small_profile(small):
     # not DPR's QA test lists: a training set is stripped only of what LightRetriever is evaluated on
     assert len(test) >= 12 and {"scifact.test", "msmarco-dev.test", "cmrc2018.test", "drcd.test"} <= {s.name for s in test}
     assert not {s.name for s in test} & {"squad-qa.test", "nq-qa.test", "squad-open.test"}
-    t0 = time.perf_counter()
     out = root / "results" / "small" / "decontam"
     meta = stage.run([(s.name, s.path(cfg)) for s in train], [(s.name, s.path(cfg)) for s in test], out,
                      k=cfg["decontam"]["k"], table7_per_set=5)
-    assert time.perf_counter() - t0 < 30
     counts = {n: (v["original"], v["duplicates"]) for n, v in meta["train"].items()}
     assert counts["squad-open.train"] == (7513, 1)   # "What is PPP?" ~ MS MARCO dev "what is ppp"
     assert counts["wq-qa.train"] == (3778, 0)

@@ -3,7 +3,6 @@ backend, exact backends against brute-force numpy search, spec checking (typos, 
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -285,11 +284,9 @@ def _config_specs() -> set[str]:
 def test_check_spec_accepts_every_config_spec():
     specs = _config_specs()
     assert {"faiss:Flat", "lucene:bm25", "token-csr", "faiss-binary:BFlat", "faiss:HNSW512"} <= specs
-    t0 = time.perf_counter()
     for spec in sorted(specs | {"faiss:IVF1048576,SQ4", "faiss:PQ96x8", "faiss-binary:BHash768", "lucene:impact",
                                 "sparse-csr", "faiss:LSHr", "faiss:LSH768"}):
-        check_spec(spec)
-    assert time.perf_counter() - t0 < 5  # no training, no data
+        check_spec(spec)  # a spec is checked without training or data (a 1M-list IVF included)
 
 
 def test_load_index_needs_meta_and_a_matching_spec(built, tmp_path):

@@ -175,6 +175,9 @@ def tiny_llama(tmp_path_factory, cfg):
     return folder
 
 
+INSTR = "Given a question, retrieve Wikipedia passages that answer the question"
+
+
 def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, tiny_llama):
     from harness.datasets import prepare as prepare_dataset
     from harness.io import write_jsonl
@@ -204,15 +207,14 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, t
     model = lr.LightModel.load(model_dir)
     assert model.causal and model.eos == model.tok.sep_token_id
     # the served table equals the token vectors of separate passes of the saved (merged) model
-    prompt = model.prompt_ids("Given a question, retrieve Wikipedia passages that answer the question")
-    table = model.cache_table("Given a question, retrieve Wikipedia passages that answer the question")
+    prompt = model.prompt_ids(INSTR)
+    table = model.cache_table(INSTR)
     with torch.no_grad():
         for t in (2054, 3007):
             want = model.base(input_ids=torch.tensor([prompt + [t, model.eos]])).last_hidden_state[0, -1]
             assert torch.allclose(table.weight[t], want, atol=1e-4)
     # the rows of a few tokens (what a search over known queries builds) are those rows of the full table
-    part = model.cache_table("Given a question, retrieve Wikipedia passages that answer the question",
-                             tokens=[3007, 2054])
+    part = model.cache_table(INSTR, tokens=[3007, 2054])
     assert part.num_embeddings == 2
     assert torch.allclose(part.weight, table.weight[[3007, 2054]], atol=1e-5)
     index = tmp_path / "index"
@@ -240,7 +242,7 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, t
 
     searcher = Searcher(c, sjob, {"data": data, "model": model_dir, "index": index})
     searcher.dense(tmp_path)
-    full = model.cache_table(searcher.instr)
+    full = table if searcher.instr == INSTR else model.cache_table(searcher.instr)   # 30,522 forward passes
     with torch.no_grad():
         want = torch.nn.functional.normalize(query_vector(full, searcher.qrows).float(), dim=-1).numpy()
     assert searcher.info["table_rows"] == len({t for r in searcher.qrows for t in r}) < full.num_embeddings
