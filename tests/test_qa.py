@@ -185,6 +185,33 @@ def test_empty_answer_never_matches_regex_rule():
 
 # --------------------------------------------------------------------------- rule registry
 
+def test_string_rules_equal_dpr_s_plain_window_scan_on_random_cases():
+    """The string rules skip a text whose tokens lack an answer's first token and keep each text's
+    tokens once: the same answer as DPR's has_answer scan (every window compared), on random
+    token soups where answers often start in the text without matching in full."""
+    import random
+    import unicodedata
+
+    def dpr_scan(answers, text):
+        tokens = simple_tokenize(unicodedata.normalize("NFD", text))
+        for answer in answers:
+            ans = simple_tokenize(unicodedata.normalize("NFD", answer))
+            if any(ans == tokens[i:i + len(ans)] for i in range(len(tokens) - len(ans) + 1)):
+                return True
+        return False
+
+    rng = random.Random(7)
+    words = ["a", "b", "c", "Café", "cafe\u0301", "x-y", "1", " ", "?"]
+    seen = set()
+    for _ in range(2000):
+        text = " ".join(rng.choices(words, k=rng.randint(0, 12)))
+        answers = [" ".join(rng.choices(words, k=rng.randint(1, 3))) for _ in range(rng.randint(1, 3))]
+        want = dpr_scan(answers, text)
+        assert ANSWER_RULES.get("dpr-string")(answers, text) == want, (answers, text)
+        seen.add(want)
+    assert seen == {True, False}
+
+
 def test_rule_names_and_unknown_mode():
     assert set(ANSWER_RULES.names()) >= {"dpr-string", "dpr-regex", "vsearch-string", "bpr-string"}
     with pytest.raises(ConfigError) as exc:

@@ -57,12 +57,23 @@ def is_empty_answer(answer: str) -> bool:
     return _TOKEN.search(nfd(answer)) is None
 
 
-def _contains_tokens(answers: Sequence[str], text: str, prep: Callable[[str], str]) -> bool:
+@lru_cache(maxsize=1 << 16)
+def _prepared(text: str, prep: Callable[[str], str]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The tokens of ``prep(text)`` and their set, once per text: a passage is tested against many
+    questions and, in an evaluate job, once per system (its NFD form and its tokens cost more than
+    the test)."""
     tokens = _tokens(prep(text))
+    return tokens, frozenset(tokens)
+
+
+def _contains_tokens(answers: Sequence[str], text: str, prep: Callable[[str], str]) -> bool:
+    tokens, vocab = _prepared(text, prep)
     for answer in answers:
-        ans = _tokens(prep(answer))
+        ans = _prepared(answer, prep)[0]
         if not ans:
             return True  # DPR: range(0, len(tokens) + 1) always tries i = 0, and [] == tokens[0:0]
+        if ans[0] not in vocab:  # no window can start with it: the same answer as the scan, sooner
+            continue
         n = len(ans)
         first = ans[0]
         for i in range(len(tokens) - n + 1):
