@@ -219,6 +219,26 @@ def test_lucene_impact_matches_integer_dot_product(built):
                 assert score == float(exact[i])  # untied scores are the exact integers
 
 
+def test_lucene_searches_with_the_jobs_threads_and_the_same_hits(tmp_path, monkeypatch):
+    """Without a threads option, Lucene searches with the cores Snakemake gave the job (its
+    OMP_NUM_THREADS); each query is one thread's, so 1 and 3 threads give the same hits."""
+    from harness.indexes import lucene
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert lucene.search_threads() == 3
+    index = build_index("lucene:bm25", BM25_DOCS, contents="text")
+    index.save(tmp_path)
+    write_meta(tmp_path, "index", spec="lucene:bm25")
+    loaded = load_index(tmp_path)
+    assert loaded.threads == 3
+    queries = {f"{q}-{i}": text for i in range(20) for q, text in BM25_QUERIES.items()}
+    assert loaded.search(queries, 3, threads=1) == loaded.search(queries, 3) == index.search(queries, 3, threads=1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "x")
+    assert lucene.search_threads() == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert lucene.search_threads() == 1
+
+
 def test_lucene_impact_ties_and_bad_weights(tmp_path):
     docs = [("d2", {"a": 3}), ("d0", {"a": 3, "b": 1}), ("d1", {"a": 3})]
     index = build_index("lucene:impact", docs, out=tmp_path / "lucene")

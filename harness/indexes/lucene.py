@@ -22,6 +22,19 @@ from harness.indexes import pyserini_env
 SPECS = ("bm25",)
 
 
+def search_threads() -> int:
+    """Lucene's search threads where none is asked for: the cores the job was given (Snakemake exports
+    a job's threads as ``OMP_NUM_THREADS``; a QCR or LightRetriever job books two and its Lucene
+    search left one idle), else 1. A query's hits never depend on it: each query is searched whole
+    by one thread. Indexing keeps one thread (several would add documents in another order)."""
+    import os
+
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
 def doc_contents(doc: Doc, contents: str) -> str:
     """What Lucene indexes: DPR's BM25 uses title and text (``title_text``); or text alone."""
     if contents == "title_text":
@@ -69,8 +82,10 @@ class LuceneBM25:
     def num_docs(self) -> int:
         return int(self.searcher.num_docs)
 
-    def search(self, texts: Sequence[str], qids: Sequence[str], k: int, threads: int = 1) -> dict[str, list[tuple[str, float]]]:
-        hits = self.searcher.batch_search(list(texts), list(qids), k=k, threads=threads)
+    def search(self, texts: Sequence[str], qids: Sequence[str], k: int,
+               threads: int | None = None) -> dict[str, list[tuple[str, float]]]:
+        hits = self.searcher.batch_search(list(texts), list(qids), k=k,
+                                          threads=search_threads() if threads is None else threads)
         return {q: [(h.docid, float(h.score)) for h in hits.get(q, [])] for q in qids}
 
 
@@ -392,4 +407,4 @@ class LuceneBackend:
         if not path.is_dir():
             raise DataError(f"{path} does not exist", fix="rebuild the index (its folder is incomplete)")
         return LuceneIndex(path, part, k1=options.get("k1", 0.9), b=options.get("b", 0.4),
-                           threads=int(options.get("threads", 1)))
+                           threads=int(options.get("threads") or search_threads()))
