@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 TARGET = 1.5
@@ -38,6 +37,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from harness.models import projection
+    from harness.timing import time_calls
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(a.vocab, a.hidden, generator=g) / a.hidden ** 0.5
@@ -47,20 +47,13 @@ def main(argv: list[str]) -> int:
     flop = 2.0 * a.vocab * a.hidden * a.rows * a.tokens
 
     def timed(fn) -> float:
-        fn()
-        times = []
-        for _ in range(a.repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return statistics.median(time_calls(fn, a.repeats, warmup=1))
 
-    rows, out = [], {}
+    out = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)
         torch_s = timed(lambda: projection.segment_max_torch_product(h, w, b, starts))
         numpy_s = timed(lambda: projection.segment_max_torch(h, w, b, starts))
-        rows.append((threads, torch_s, numpy_s))
         out[threads] = {"torch_ms": torch_s * 1e3, "kernel_ms": numpy_s * 1e3, "ratio": torch_s / numpy_s,
                         "torch_gflops": flop / torch_s / 1e9, "kernel_gflops": flop / numpy_s / 1e9}
     tv, ta = projection.segment_max_torch_product(h, w, b, starts)
@@ -69,10 +62,10 @@ def main(argv: list[str]) -> int:
     same_arg = float((ta == ka).float().mean())
     print(f"max-pooled projection [{a.vocab} x {a.hidden}] over {a.rows} x {a.tokens} tokens "
           f"({flop / 1e9:.1f} GFLOP a batch), numerics portable, median of {a.repeats}")
-    for threads, torch_s, numpy_s in rows:
-        print(f"  {threads} thread{'s' if threads > 1 else ' '}: torch product + max {torch_s * 1e3:8.1f} ms "
-              f"({flop / torch_s / 1e9:5.1f} GFLOP/s)   shared kernel {numpy_s * 1e3:8.1f} ms "
-              f"({flop / numpy_s / 1e9:5.1f} GFLOP/s)   ratio {torch_s / numpy_s:.2f}x")
+    for threads, r in out.items():
+        print(f"  {threads} thread{'s' if threads > 1 else ' '}: torch product + max {r['torch_ms']:8.1f} ms "
+              f"({r['torch_gflops']:5.1f} GFLOP/s)   shared kernel {r['kernel_ms']:8.1f} ms "
+              f"({r['kernel_gflops']:5.1f} GFLOP/s)   ratio {r['ratio']:.2f}x")
     print(f"  same maxima to {max_diff:.1e}; same arg-max row for {same_arg:.4%} of (segment, dimension)")
     one = out[1]["ratio"]
     print(f"target: kernel >= {TARGET}x torch's portable product a thread -> {one:.2f}x "

@@ -7,6 +7,7 @@ and searches them with BM25; see :func:`build_pretokenized` and :class:`LuceneIn
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import weakref
@@ -27,8 +28,6 @@ def search_threads() -> int:
     a job's threads as ``OMP_NUM_THREADS``; a QCR or LightRetriever job books two and its Lucene
     search left one idle), else 1. A query's hits never depend on it: each query is searched whole
     by one thread. Indexing keeps one thread (several would add documents in another order)."""
-    import os
-
     try:
         return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
     except ValueError:
