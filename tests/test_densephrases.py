@@ -127,6 +127,16 @@ def test_variants_systems_and_jobs(cfg):
     assert dp.settings(cfg, "ref")["distill"] is True and dp.settings(cfg, "nodistill")["distill"] is False
 
 
+def test_an_index_variant_set_to_null_is_neither_built_nor_searched():
+    """The ci overlay drops the OPQ index (configs/profiles/ci.yaml): null removes a variant that a
+    profile below set; the schema accepts it and no job builds or names it."""
+    c = load_config([], overrides={"methods": {"densephrases": {"index_variants": {"opq": None}}}})
+    assert dp.index_specs(c["methods"]["densephrases"], False) == {"main": c["methods"]["densephrases"]["index"],
+                                                                   "flat": "phrase:Flat"}
+    systems = {s for j in dp.declare(c, "densephrases") for s in j.systems}
+    assert "densephrases.flat" in systems and "densephrases.opq" not in systems
+
+
 def _ce(scores: torch.Tensor) -> torch.Tensor:
     """Mean over rows of -log softmax(row)[i] for row i (the positive is each row's own column)."""
     return torch.stack([-torch.log_softmax(row, 0)[i] for i, row in enumerate(scores)]).mean()

@@ -125,10 +125,11 @@ def dump_corpus(model: PhraseModel, s: Mapping[str, Any], docs: Sequence[Doc], o
 
 def index_specs(s: Mapping[str, Any], gold_only: bool) -> dict[str, str]:
     """Index name -> spec: ``main`` (methods.densephrases.index) and the ``index_variants``
-    (Flat, the OPQ/IVF-PQ release); a D_small index (variants of Table 6): Flat only."""
+    (Flat, the OPQ/IVF-PQ release) but those set to null (an overlay's way to drop one: none is
+    built, no system names it); a D_small index (variants of Table 6): Flat only."""
     if gold_only:
         return {"main": s["dsmall"]["index"]}
-    return {"main": s["index"], **dict(s["index_variants"] or {})}
+    return {"main": s["index"], **{k: v for k, v in dict(s["index_variants"] or {}).items() if v is not None}}
 
 
 def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
