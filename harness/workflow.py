@@ -15,17 +15,11 @@ from harness.job import Stage
 from harness.methods.base import section
 
 
-_PLAN: list[Any] = [None, None]  # (the Snakemake config, its plan): one per run
-
-
 def _plan(cfg: Mapping[str, Any]) -> hplan.Plan:
-    """The plan of the run's config, built once: Snakemake's config is fixed once the Snakefile has
-    been read, and hplan.get serialises the whole config to find its cached plan, which every input
-    function of every job paid (13 % of a dry run). Kept by identity, with the config itself held so
-    that its id is never reused."""
-    if _PLAN[0] is not cfg:
-        _PLAN[:] = [cfg, hplan.get(cfg)]
-    return _PLAN[1]
+    """The plan of the run's config: Snakemake's config is fixed once the Snakefile has been read, so
+    it is pinned (:func:`harness.plan.pin`), and every plan lookup of the run, here or in the
+    modules the rules call, finds it by identity."""
+    return hplan.pin(cfg)
 
 
 def _stage(rule: str) -> Stage:

@@ -596,3 +596,17 @@ def test_toy_method_end_to_end(tmp_path, toy_registered):
 
     st = run(["git", "--no-optional-locks", "status", "--porcelain", "workflow/", "Snakefile"])
     assert st.returncode == 0 and st.stdout == "", st.stdout
+
+
+def test_a_pinned_config_finds_its_plan_without_serialising(monkeypatch):
+    """Snakemake's config is pinned (harness.workflow): every lookup of its plan, from any module,
+    is by identity; another config, even an equal one, is still found by content."""
+    cfg = config("smoke")
+    plan = hp.pin(cfg)
+    assert hp.pin(cfg) is plan and hp.get(cfg) is plan
+
+    calls = []
+    real = hp.json.dumps
+    monkeypatch.setattr(hp.json, "dumps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert hp.get(cfg) is plan and not calls
+    assert hp.get(copy.deepcopy(cfg)) is plan and calls == [1]   # an equal config: found by content
