@@ -57,10 +57,12 @@ def pytest_sessionstart(session):
 @pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
     """Every test that reads the smoke DAG (through ``smoke_run``, directly or by a fixture) gets the
-    marker ``smoke_dag``: ``-m "not smoke_dag"`` runs the rest of the suite without running the DAG."""
+    marker ``smoke_dag``: ``-m "not smoke_dag"`` runs the rest of the suite without running the DAG;
+    and ``slow`` (the DAG takes minutes): ``-m "not slow"`` never starts it."""
     for item in items:
         if "smoke_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.smoke_dag)
+            item.add_marker(pytest.mark.slow)
 
 
 class _DagLast:

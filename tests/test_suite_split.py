@@ -16,3 +16,17 @@ def test_every_user_of_the_smoke_dag_carries_the_marker(repo):
     # a test reaches the DAG through a module fixture too (test_api's models read it)
     assert any(t.startswith("tests/test_api.py::") for t in dag)
     assert not any(t.startswith("tests/test_suite_split.py::") for t in dag)
+
+
+def test_a_reader_of_the_dag_is_slow_too():
+    """``-m "not slow"`` (the quick loop) never starts the DAG: its readers are marked slow as well."""
+    import pytest
+
+    conftest = sys.modules["conftest"]   # pytest imports tests/conftest.py under this name (rootdir-relative)
+
+    item = type("Item", (), {})()
+    item.fixturenames, item.markers = ("tree", "smoke_run"), []
+    item.add_marker = item.markers.append
+    other = type("Item", (), {"fixturenames": ("tmp_path",), "add_marker": lambda self, m: pytest.fail(m)})()
+    conftest.pytest_collection_modifyitems(None, [item, other])
+    assert {m.name for m in item.markers} == {"smoke_dag", "slow"}
