@@ -251,6 +251,13 @@ def test_lucene_impact_ties_and_bad_weights(tmp_path):
         build_index("lucene:impact", [("x", {"a": 0.25})])
     assert index.search({"q": {}}, 3) == {"q": []}
     assert index.save(tmp_path) == tmp_path / "lucene"  # built in place: nothing to copy
+    from harness.indexes.lucene import _int_weights    # int weights take a fast path: the same checks
+    for tok in ("a b", "a\tb", "\u00a0a", ""):
+        with pytest.raises(ConfigError, match="non-empty, without whitespace"):
+            _int_weights({tok: 3}, "q")
+    with pytest.raises(ConfigError, match="non-negative integers"):
+        _int_weights({"a": -2}, "q")
+    assert _int_weights({"a": 2, "b": 0, "c": True, "d": 4.0}, "q") == {"a": 2, "c": 1, "d": 4}
 
 
 # --------------------------------------------------------------------------------------------
