@@ -13,11 +13,11 @@ def fresh(cfg):
     return hp.get(cfg)
 
 
-def moved(cfg, change, method=None, directly=False):
+def moved(cfg, change, method=None, directly=False, base=None):
     """(stage, id) of the concrete jobs (of ``method``, or all) whose hash moves when ``change(cfg)`` is
     applied; ``directly``: only those whose inputs' hashes do not move (the jobs that hash the
-    changed setting themselves)."""
-    a = fresh(cfg)
+    changed setting themselves). ``base``: ``cfg``'s plan, built by the caller (once for many changes)."""
+    a = base or fresh(cfg)
     other = copy.deepcopy(cfg)
     change(other)
     b = fresh(other)
@@ -181,6 +181,7 @@ def test_a_field_moves_only_the_artifacts_it_lists():
     from harness.methods.base import _affects
 
     cfg = load_config([])
+    base = fresh(cfg)
     checked = 0
     for name, sec in cfg["methods"].items():
         if not sec.get("enabled", True):
@@ -191,7 +192,7 @@ def test_a_field_moves_only_the_artifacts_it_lists():
             if new is None or field not in table:
                 continue
             try:
-                got = moved(cfg, lambda c: c["methods"][name].__setitem__(field, new), name, directly=True)
+                got = moved(cfg, lambda c: c["methods"][name].__setitem__(field, new), name, directly=True, base=base)
             except (ConfigError, ValueError, KeyError):
                 continue  # the changed value is not a legal setting of this field
             stages = {STAGE_OF[t.split(".")[0]] for t in table[field] if t != "runtime"}
