@@ -157,15 +157,19 @@ def artifact_config(values: Mapping[str, Any], method: str,
 
 
 def _index_candidates(model_dir: Path) -> list[Path]:
-    """Index folders under the model's results tree (``<root>/indexes/*/*``) built from ``model_dir``."""
+    """Index folders under the model's results tree (``<root>/indexes/*/*``) built from ``model_dir``:
+    the model their meta.json names, or one at the same place in its tree (``models/<id>``: a tree
+    copied or moved since, whose meta.json files name the absolute paths it was built at)."""
     root = next((p.parent for p in model_dir.resolve().parents if p.name == "models"), None)
     if root is None or not (root / "indexes").is_dir():
         return []
+    place = model_dir.resolve().relative_to(root).parts
     found = []
     for meta_file in sorted((root / "indexes").glob(f"*/*/{META}")):
         try:
             src = (read_artifact(meta_file.parent).get("inputs") or {}).get("model")
-            if src and resolve_input(src, meta_file.parent).resolve() == model_dir.resolve():
+            if src and (Path(src).parts[-len(place):] == place if Path(src).is_absolute()
+                        else resolve_input(src, meta_file.parent).resolve() == model_dir.resolve()):
                 found.append(meta_file.parent)
         except (DataError, ValueError, OSError):
             continue

@@ -214,6 +214,21 @@ def test_evaluate_hand_checked(tmp_path, capsys):
     assert "not an ir_measures measure" in capsys.readouterr().err
 
 
+def test_a_copied_tree_finds_the_index_built_from_its_model(tmp_path):
+    """meta.json names absolute input paths where the tree was built (the suite's DAG does); a copy
+    of the tree still finds, for its model, the one index built from the model at that place."""
+    from harness.api import _index_candidates
+
+    root = tmp_path / "copy" / "smoke"
+    for rel, meta in (("models/dpr", {"kind": "model", "method": "dpr", "job": "dpr"}),
+                      ("indexes/dpr/smoke", {"kind": "index", "inputs": {"model": "/built/at/smoke/models/dpr"}}),
+                      ("indexes/bpr/smoke", {"kind": "index", "inputs": {"model": "/built/at/smoke/models/bpr"}}),
+                      ("indexes/dpr2/smoke", {"kind": "index", "inputs": {"model": "results/smoke/models/dpr"}})):
+        (root / rel).mkdir(parents=True)
+        (root / rel / "meta.json").write_text(json.dumps(meta))
+    assert _index_candidates(root / "models" / "dpr") == [root / "indexes" / "dpr" / "smoke"]
+
+
 def test_read_topics(tmp_path):
     (tmp_path / "t.tsv").write_text("1\tfirst query\n\n2\tsecond\twith tab\n")
     assert read_topics(tmp_path / "t.tsv") == {"1": "first query", "2": "second\twith tab"}
