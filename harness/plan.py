@@ -326,7 +326,6 @@ def pin(cfg: Mapping[str, Any]) -> Plan:
     config, which every input function of every job paid (a quarter of a paper-profile dry run).
     The config itself is held, so its id is never reused."""
     if _PINNED[0] is not cfg:
-        _PINNED[:] = [None, None]
         _PINNED[:] = [cfg, get(cfg)]
     return _PINNED[1]
 

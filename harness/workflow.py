@@ -2,7 +2,9 @@
 targets of ``reproduce_all`` — all from the plan (:mod:`harness.plan`), none of it per method.
 
 Every function takes the Snakemake ``config`` and ``wildcards`` (``job``, ``dataset``), so the
-rules in workflow/rules/ stay one line per field.
+rules in workflow/rules/ stay one line per field. Snakemake's config is fixed once the Snakefile has
+been read, so each function finds the plan by pinning it (:func:`harness.plan.pin`): one plan per run,
+found by identity, here and in the modules the rules call.
 """
 from __future__ import annotations
 
@@ -15,13 +17,6 @@ from harness.job import Stage
 from harness.methods.base import section
 
 
-def _plan(cfg: Mapping[str, Any]) -> hplan.Plan:
-    """The plan of the run's config: Snakemake's config is fixed once the Snakefile has been read, so
-    it is pinned (:func:`harness.plan.pin`), and every plan lookup of the run, here or in the
-    modules the rules call, finds it by identity."""
-    return hplan.pin(cfg)
-
-
 def _stage(rule: str) -> Stage:
     """The plan's stage of a generic rule: the stage's own rule, or ``evaluate`` (a search job's runs)."""
     return Stage.SEARCH if rule == "evaluate" else Stage(rule)
@@ -31,12 +26,12 @@ def _job(cfg: Mapping[str, Any], stage: str, wc: Any) -> hplan.Job:
     """The plan's job of a rule's wildcards (a rule without ``{job}``, negatives or decontam, runs the
     one job its stage has per dataset or in all, named as the stage)."""
     st = _stage(stage)
-    return _plan(cfg).job(st, getattr(wc, "job", st.value), getattr(wc, "dataset", None) if st.per_dataset else None)
+    return hplan.pin(cfg).job(st, getattr(wc, "job", st.value), getattr(wc, "dataset", None) if st.per_dataset else None)
 
 
 def inputs(cfg: Mapping[str, Any], stage: str, wc: Any) -> dict[str, str]:
     """role -> path of a job's inputs; ``evaluate`` reads the search job's run folder and the data."""
-    p = _plan(cfg)
+    p = hplan.pin(cfg)
     job = _job(cfg, stage, wc)
     if stage == "evaluate":
         return {"data": str(hplan.path(cfg, hplan.Ref("data", dataset=job.dataset))),
@@ -46,7 +41,7 @@ def inputs(cfg: Mapping[str, Any], stage: str, wc: Any) -> dict[str, str]:
 
 def job_hash(cfg: Mapping[str, Any], stage: str, wc: Any) -> str:
     """The job's hash (a rule param: a changed setting re-runs exactly the jobs that read it)."""
-    p = _plan(cfg)
+    p = hplan.pin(cfg)
     job = _job(cfg, stage, wc)
     if stage == "evaluate":
         return p.eval_hash(job)
@@ -76,7 +71,7 @@ def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tup
     from harness.tables.matrix import published, resolve_table
     from harness.published import PAPERS
 
-    p = _plan(cfg)
+    p = hplan.pin(cfg)
     cached = getattr(p, "_served_tables", None)
     if cached is not None:
         return cached
@@ -124,7 +119,7 @@ def serves_text(tables: set[tuple[str, str]]) -> str:
 def serves_map(cfg: Mapping[str, Any]) -> dict[str, str]:
     """``<stage>/<job>/<dataset>`` -> the paper tables that job serves, for every concrete job of the plan."""
     served = _served(cfg)
-    p = _plan(cfg)
+    p = hplan.pin(cfg)
     jobs = [j for stage in ("train", "index", "search", "measure") for j in p.concrete(stage)]
     jobs += [p.job(*k) for k in served if k[0] == "index"]  # index templates instantiated per dataset
     out = {_key(j): serves_text(served.get((j.stage, j.id, j.dataset), set())) for j in jobs}
@@ -168,7 +163,7 @@ def announce(cfg: Mapping[str, Any], job: hplan.Job, stage: str | None = None) -
 
 
 def ids(cfg: Mapping[str, Any], stage: str) -> list[str]:
-    return _plan(cfg).ids(_stage(stage)) or ["none"]
+    return hplan.pin(cfg).ids(_stage(stage)) or ["none"]
 
 
 def data_inputs(cfg: Mapping[str, Any], wc: Any) -> list[str]:
@@ -179,13 +174,13 @@ def data_inputs(cfg: Mapping[str, Any], wc: Any) -> list[str]:
 
 
 def data_hash(cfg: Mapping[str, Any], wc: Any) -> str:
-    return _plan(cfg).ref_hash(hplan.Ref("data", dataset=wc.dataset))
+    return hplan.pin(cfg).ref_hash(hplan.Ref("data", dataset=wc.dataset))
 
 
 def all_outputs(cfg: Mapping[str, Any]) -> list[str]:
     """Every evaluation of a test-split search job and every measure job: what ``reproduce_all``
     asks for besides the tables, claims and regression (so every declared system is reached)."""
-    p = _plan(cfg)
+    p = hplan.pin(cfg)
     out = [str(hplan.path(cfg, hplan.Ref("eval", j.id, j.dataset))) for j in p.concrete("search")
            if j.params.get("split", "test") == "test"]
     out += [str(hplan.output(cfg, j)) for j in p.concrete("measure")]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def test_every_user_of_the_smoke_dag_carries_the_marker(repo, request):
     opt, cfg = request.config.option, request.config
@@ -28,8 +30,6 @@ def test_every_user_of_the_smoke_dag_carries_the_marker(repo, request):
 
 def test_a_reader_of_the_dag_is_slow_too():
     """``-m "not slow"`` (the quick loop) never starts the DAG: its readers are marked slow as well."""
-    import pytest
-
     conftest = sys.modules["conftest"]   # pytest imports tests/conftest.py under this name (rootdir-relative)
 
     item = type("Item", (), {})()
