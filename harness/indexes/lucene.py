@@ -74,8 +74,10 @@ class LuceneBM25:
     """A BM25 searcher over a Lucene index (Anserini's defaults k1=0.9, b=0.4 unless set)."""
 
     def __init__(self, index_dir: Path, k1: float = 0.9, b: float = 0.4) -> None:
-        self.searcher = pyserini_env.lucene_searcher(str(index_dir))
+        self.index_dir = str(index_dir)
+        self.searcher = pyserini_env.lucene_searcher(self.index_dir)
         self.searcher.set_bm25(k1, b)
+        self._hits: Any = None
 
     @property
     def num_docs(self) -> int:
@@ -83,9 +85,13 @@ class LuceneBM25:
 
     def search(self, texts: Sequence[str], qids: Sequence[str], k: int,
                threads: int | None = None) -> dict[str, list[tuple[str, float]]]:
-        hits = self.searcher.batch_search(list(texts), list(qids), k=k,
-                                          threads=search_threads() if threads is None else threads)
-        return {q: [(h.docid, float(h.score)) for h in hits.get(q, [])] for q in qids}
+        """What pyserini's ``LuceneSearcher.batch_search`` returns, as (docid, score) pairs per qid,
+        read through :class:`pyserini_env.SortedHits`."""
+        if self._hits is None:
+            self._hits = pyserini_env.SortedHits(self.searcher.object, self.index_dir)
+        hits = self._hits.search([str(t) for t in texts], [str(q) for q in qids], k,
+                                 search_threads() if threads is None else threads)
+        return {q: hits.get(q, []) for q in qids}
 
 
 def analyze_words(texts: Sequence[str]) -> list[list[str]]:
@@ -272,6 +278,7 @@ class LuceneIndex:
         self.kind = kind
         self.k1, self.b, self.threads = k1, b, threads
         self._searcher: Any = None
+        self._hits: Any = None  # pyserini_env.SortedHits of an impact index, made on first search
         if _tmp is not None:  # built into a temporary folder: removed with the object
             weakref.finalize(self, shutil.rmtree, _tmp, ignore_errors=True)
 
@@ -348,11 +355,35 @@ class LuceneIndex:
         live = [i for i, q in enumerate(encoded) if q]  # an empty query matches nothing: not sent
         out: dict[str, list[tuple[str, float]]] = {q: [] for q in qids}
         if live:
-            hits = self.searcher.batch_search([encoded[i] for i in live], [qids[i] for i in live], k=k,
-                                              threads=threads)
+            if self._hits is None:
+                self._hits = pyserini_env.SortedHits(self.searcher.object, str(self.path))
+            hits = self._hits.search(_impact_queries(self.searcher, [encoded[i] for i in live]),
+                                     [qids[i] for i in live], k, threads)
             for i in live:
-                out[qids[i]] = [(h.docid, float(h.score)) for h in hits.get(qids[i], [])]
+                out[qids[i]] = hits.get(qids[i], [])
         return out
+
+
+def _impact_queries(searcher: Any, encoded: Sequence[Mapping[str, int]]) -> list[Any]:
+    """The Java queries Anserini's SimpleImpactSearcher builds for pyserini's pre-encoded
+    ``batch_search``: pyserini keeps the tokens the index knows (``searcher.idf``) whose idf exceeds
+    ``searcher.min_idf`` in a ``HashMap<String, Integer>``, and Anserini copies it, in its iteration
+    order, into a ``HashMap<String, Float>`` (its ``intToFloat``): the same insertions here, so the
+    Boolean query gets its clauses in the same order (scores are summed in that order)."""
+    from jnius import autoclass
+
+    jmap, jint, jfloat = autoclass("java.util.HashMap"), autoclass("java.lang.Integer"), autoclass("java.lang.Float")
+    queries = []
+    for query in encoded:
+        ints = jmap()
+        for token, weight in query.items():
+            if token in searcher.idf and searcher.idf[token] > searcher.min_idf:
+                ints.put(token, jint(weight))
+        floats = jmap()
+        for token in ints.keySet().toArray():
+            floats.put(token, jfloat(float(query[token])))
+        queries.append(floats)
+    return queries
 
 
 class LuceneBackend:

@@ -124,3 +124,144 @@ def lucene_impact_searcher(index_dir: str) -> Any:
 def similarity_name(java_searcher: Any) -> str:
     """The simple class name of a Java searcher's Lucene similarity (e.g. ``BM25Similarity``)."""
     return str(java_searcher.get_similarity().getClass().getName()).rsplit(".", 1)[-1]
+
+
+@lru_cache(maxsize=8)
+def _lowerings(n: int) -> list[Any]:
+    """``1e-6f * dup`` for dup = 0 .. n-1, as Java computes it (float32 times the int as float32)."""
+    import numpy as np
+
+    return [np.float32(np.float32(1e-6) * np.float32(d)) for d in range(n)]
+
+
+def _round_ties(scores: Any) -> Any:
+    """Anserini 1.7.1's ScoreTiesAdjusterReranker on one query's scores (float32, in Lucene's order:
+    score descending, then the ``id`` field): each score rounded to 4 decimals (``(float)
+    (Math.round(s * 1e4d) / 1e4d)``), and a score less than 1e-4 below the one before it (as already
+    lowered) lowered by 1e-6 per place in its run of ties. Java's float arithmetic, step by step:
+    float32 subtraction and products, Math.round's halves up."""
+    import numpy as np
+
+    x = scores.astype(np.float64) * 1e4
+    f = np.floor(x)
+    rounded = ((f + (x - f >= 0.5)) / 1e4).astype(np.float32)
+    out = rounded.tolist()  # python floats holding the float32 values
+    gap = np.float32(1e-4)
+    near = np.flatnonzero(rounded[:-1] - rounded[1:] <= gap)  # certain ties (lowering only adds more)
+    if not len(near):
+        return out
+    f32 = np.float32
+    lower = _lowerings(len(out))
+    wide = 2 * float(gap)  # a gap this wide in doubles is wider than 1e-4f in floats too
+    dup = 0
+    for i in range(int(near[0]) + 1, len(out)):
+        if out[i - 1] - out[i] > wide or f32(f32(out[i - 1]) - f32(out[i])) > gap:
+            dup = 0
+        else:
+            dup += 1
+            out[i] = float(f32(out[i]) - lower[dup])
+    return out
+
+
+class SortedHits:
+    """Top-k hits of Anserini queries on a Lucene index, as Anserini 1.7.1's SimpleSearcher and
+    SimpleImpactSearcher rank them, without Anserini's per-hit stored-document loads.
+
+    Anserini searches ``IndexSearcher.search(query, k, Sort(score, id), true)``, then loads every
+    hit's stored document through a fresh ``StoredFields`` (a block decompressed per hit: some 40 µs,
+    most of a QCR or negatives search here) to read its ``id``, then rounds and perturbs tied scores
+    (:func:`_round_ties`). This does the same Lucene search with the same similarity, sort and query,
+    reads the top docs back as one JSON string (Jackson, bundled in Anserini's jar), looks each Lucene
+    doc number's ``id`` up once per index (one ``StoredFields``, cached), and adjusts ties the same way.
+    Tested hit for hit against pyserini's searchers (tests/test_lucene_hits.py)."""
+
+    def __init__(self, java_searcher: Any, index_dir: str) -> None:
+        setup()
+        from jnius import autoclass, cast
+
+        self.java = java_searcher
+        directory = autoclass("org.apache.lucene.store.FSDirectory").open(autoclass("java.io.File")(index_dir).toPath())
+        self.reader = autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        self.searcher = autoclass("org.apache.lucene.search.IndexSearcher")(
+            cast("org.apache.lucene.index.IndexReader", self.reader))
+        self.searcher.setSimilarity(java_searcher.get_similarity())
+        sort_field = autoclass("org.apache.lucene.search.SortField")
+        string_val = autoclass("org.apache.lucene.search.SortField$Type").STRING_VAL
+        self.sort = autoclass("org.apache.lucene.search.Sort")(sort_field.FIELD_SCORE, sort_field("id", string_val))
+        self.generator = autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+        self.stored = self.reader.storedFields()
+        self.ids: dict[int, str] = {}
+
+    def search(self, queries: Any, qids: Any, k: int, threads: int = 1) -> dict[str, list[tuple[str, float]]]:
+        """``queries``: query strings (analysed with the searcher's current analyser, as Anserini's
+        ``search(String, int)``), or Java ``Map<String, Float>`` token weights (Anserini's impact
+        ``search(Map, int)``). ``threads`` Python threads run Lucene's searches (pyjnius lets go of
+        the GIL inside Java), as Anserini's batch search spreads queries over a pool; each query is
+        searched whole by one thread, so its hits never depend on the count."""
+        import json
+        import threading
+
+        import numpy as np
+
+        analyzer = self.java.get_analyzer() if any(isinstance(q, str) for q in queries) else None
+        built = [self.generator.buildQuery("contents", analyzer, q) if isinstance(q, str)
+                 else self.generator.buildQuery("contents", q) for q in queries]
+        found: list[Any] = [None] * len(built)
+        failed: list[BaseException] = []
+        writer = _hits_writer()
+
+        def work(part: range) -> None:
+            from jnius import detach
+
+            try:
+                for i in part:
+                    found[i] = writer.writeValueAsString(self.searcher.search(built[i], int(k), self.sort, True))
+            except BaseException as e:  # noqa: BLE001 (raised again below, in the caller's thread)
+                failed.append(e)
+            finally:
+                if threading.current_thread() is not threading.main_thread():
+                    detach()
+
+        n = max(1, min(int(threads), len(built)))
+        if n == 1:
+            work(range(len(built)))
+        else:
+            workers = [threading.Thread(target=work, args=(range(t, len(built), n),)) for t in range(n)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        if failed:
+            raise failed[0]
+        out: dict[str, list[tuple[str, float]]] = {}
+        for qid, text in zip(qids, found):
+            top = json.loads(text)["scoreDocs"]
+            docs = [h["doc"] for h in top]
+            for d in docs:
+                if d not in self.ids:
+                    self.ids[d] = str(self.stored.document(d).get("id"))
+            scores = _round_ties(np.asarray([h["score"] for h in top], dtype=np.float32))
+            out[qid] = [(self.ids[d], sc) for d, sc in zip(docs, scores)]
+        return out
+
+
+@lru_cache(maxsize=1)
+def _hits_writer() -> Any:
+    """A Jackson ObjectMapper (bundled in Anserini's fat jar) that writes Lucene's TopFieldDocs as
+    JSON with each hit's Lucene doc number and score only: ``{"scoreDocs": [{"doc": 3, "score":
+    2.5}, ...]}``. Why JSON: pyjnius makes a Python object of every hit of a Java array, and that
+    (with two JNI field reads per hit) costs more than Lucene's search; one string does not. Jackson
+    writes a float as the shortest decimal that reads back as the same float32."""
+    setup()
+    from jnius import autoclass
+
+    mapper = autoclass("com.fasterxml.jackson.databind.ObjectMapper")()
+    for cls, names in (("org.apache.lucene.search.TopDocs", ("totalHits",)),
+                       ("org.apache.lucene.search.TopFieldDocs", ("totalHits", "fields")),
+                       ("org.apache.lucene.search.FieldDoc", ("fields", "shardIndex"))):
+        unread = autoclass("java.util.HashSet")()
+        for name in names:
+            unread.add(name)
+        value = autoclass("com.fasterxml.jackson.annotation.JsonIgnoreProperties$Value").forIgnoredProperties(unread)
+        mapper.configOverride(autoclass(cls)).setIgnorals(value)
+    return mapper
