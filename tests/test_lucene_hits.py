@@ -71,3 +71,13 @@ def test_impact_hits_equal_pyserinis_objects(tmp_path):
     _assert_same(got, _pyserini(index.searcher, list(queries.values()), list(queries), 100))
     assert got["q-none"] == []
     assert got["q-unknown-token"] == index.search({"r": {"river": 1}}, 100)["r"] != []
+
+
+def test_threads_change_nothing_but_the_time(tmp_path):
+    """Queries spread over Python threads (each query searched whole by one) give the hits of one."""
+    docs = [Doc(id=d, title="", text=" ".join(w)) for d, w in _docs()]
+    index = build_index("lucene:bm25", docs, out=tmp_path / LUCENE_DIR)
+    queries = _queries()
+    one = index.search(queries, 50, threads=1)
+    assert index.search(queries, 50, threads=2) == one == index.search(queries, 50, threads=3)
+    assert sum(map(len, one.values())) > 500
