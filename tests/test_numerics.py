@@ -133,40 +133,47 @@ def test_bench_numerics_sums_job_seconds_by_stage(tmp_path):
     assert stage_seconds(tmp_path / "absent") == {}
 
 
-#: a short train_loop run in a fresh process: a small transformer-like stack (linear, GELU, layer
-#: norm, softmax), AdamW as harness.train builds it; prints the sha256 of the weights and of torch.sqrt
+#: short train_loop runs in a fresh process: a small transformer-like stack (linear, GELU, layer
+#: norm, softmax), AdamW as harness.train builds it, once per variant named on the command line
+#: (``fused``: portable's AdamW step; ``default-adamw``: AdamW's for-each step, the portable path
+#: before revision 2), all in one process (under QEMU every process start costs tens of seconds);
+#: prints the sha256 of the weights and of torch.sqrt per variant
 _PROBE = r'''
 import hashlib, sys
 from harness import numerics
 numerics.apply(sys.argv[1])
-if sys.argv[2:] == ["default-adamw"]:  # the portable path before revision 2 (AdamW's for-each step)
-    numerics.optimizer_options = lambda: {}
 import torch
 from harness.train import TrainSettings, set_seed, train_loop
-set_seed(13)
-torch.set_num_threads(2)
-model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),
-                            torch.nn.Linear(128, 32))
-g = torch.Generator().manual_seed(0)
-x, y = torch.randn(96, 64, generator=g), torch.randint(0, 32, (96,), generator=g)
-def step(batch, i, rng):
-    idx = torch.tensor(batch)
-    return torch.nn.functional.cross_entropy(model(x[idx]), y[idx]), {}
-train_loop(list(range(96)), step, list(model.parameters()), seed=13, out=None, modules=[model],
-           settings=TrainSettings(epochs=2, batch_size=16, lr=1e-3, log_every=100))
-w = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
-s = hashlib.sha256(torch.sqrt(torch.rand(4096, generator=g) + 0.1).numpy().tobytes()).hexdigest()[:16]
 from harness.methods.qcr import entropy_loss  # QCR's loss over its FSQ codebook (torch.cdist)
-z, book = torch.randn(256, 5, generator=g).requires_grad_(), torch.randn(625, 5, generator=g)
-entropy_loss(z, book)[0].backward()
-w = hashlib.sha256((w + str(z.grad.numpy().tobytes())).encode()).hexdigest()[:16]
 import numpy as np  # the vocabulary projection's product (numpy's OpenBLAS under portable)
 from harness.models.projection import segment_max
-r = np.random.default_rng(0)
-pv, pa = segment_max(r.standard_normal((600, 64), dtype=np.float32), r.standard_normal((3000, 64), dtype=np.float32),
-                     None, [0, 100, 600], threads=2)
-w = hashlib.sha256((w + str(pv.tobytes()) + str(pa.tobytes())).encode()).hexdigest()[:16]
-print("weights", w, "sqrt", s)
+torch.set_num_threads(2)
+fused = numerics.optimizer_options
+def run():
+    set_seed(13)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),
+                                torch.nn.Linear(128, 32))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(96, 64, generator=g), torch.randint(0, 32, (96,), generator=g)
+    def step(batch, i, rng):
+        idx = torch.tensor(batch)
+        return torch.nn.functional.cross_entropy(model(x[idx]), y[idx]), {}
+    train_loop(list(range(96)), step, list(model.parameters()), seed=13, out=None, modules=[model],
+               settings=TrainSettings(epochs=2, batch_size=16, lr=1e-3, log_every=100))
+    w = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
+    s = hashlib.sha256(torch.sqrt(torch.rand(4096, generator=g) + 0.1).numpy().tobytes()).hexdigest()[:16]
+    z, book = torch.randn(256, 5, generator=g).requires_grad_(), torch.randn(625, 5, generator=g)
+    entropy_loss(z, book)[0].backward()
+    w = hashlib.sha256((w + str(z.grad.numpy().tobytes())).encode()).hexdigest()[:16]
+    r = np.random.default_rng(0)
+    pv, pa = segment_max(r.standard_normal((600, 64), dtype=np.float32), r.standard_normal((3000, 64), dtype=np.float32),
+                         None, [0, 100, 600], threads=2)
+    w = hashlib.sha256((w + str(pv.tobytes()) + str(pa.tobytes())).encode()).hexdigest()[:16]
+    return w, s
+for variant in sys.argv[2:]:
+    numerics.optimizer_options = (lambda: {}) if variant == "default-adamw" else fused
+    w, s = run()
+    print("weights", variant, w, "sqrt", s)
 '''
 
 
@@ -183,15 +190,15 @@ def qemu(apt_install) -> str:
     return path
 
 
-def _probe(mode: str, emulator: list[str], *extra: str) -> tuple[str, str]:
-    """Run _PROBE under ``emulator`` (e.g. [qemu, "-cpu", "Haswell"]; [] for this CPU)."""
+def _probe(mode: str, emulator: list[str]) -> dict[str, tuple[str, str]]:
+    """Run _PROBE under ``emulator`` (e.g. [qemu, "-cpu", "Haswell"]; [] for this CPU):
+    {variant: (weights hash, sqrt hash)} for the variants ``fused`` and ``default-adamw``."""
     env = {k: v for k, v in os.environ.items() if k not in numerics.PORTABLE_ENV}
-    cmd = [*emulator, sys.executable, "-c", _PROBE, mode, *extra]
+    cmd = [*emulator, sys.executable, "-c", _PROBE, mode, "fused", "default-adamw"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("weights ")]
-    assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-2000:]
-    _, w, _, s = line[-1].split()
-    return w, s
+    lines = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("weights ")]
+    assert r.returncode == 0 and len(lines) == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    return {variant: (w, s) for _, variant, w, _, s in lines}
 
 
 @pytest.mark.slow
@@ -201,10 +208,9 @@ def test_portable_training_is_the_same_on_an_emulated_intel_cpu(qemu):
     instructions) against this machine's CPU. MKL VML's torch.sqrt differs between the two whatever
     the variables say, and so did AdamW's default step built on it; portable's fused step does not."""
     haswell = [qemu, "-cpu", "Haswell"]
-    native_w, native_sqrt = _probe("portable", [])
-    emu_w, emu_sqrt = _probe("portable", haswell)
-    old_native_w, _ = _probe("portable", [], "default-adamw")
-    old_emu_w, _ = _probe("portable", haswell, "default-adamw")
+    here, there = _probe("portable", []), _probe("portable", haswell)
+    (native_w, native_sqrt), (emu_w, emu_sqrt) = here["fused"], there["fused"]
+    old_native_w, old_emu_w = here["default-adamw"][0], there["default-adamw"][0]
     print(f"\nportable/{numerics.PORTABLE_REVISION} (fused AdamW): weights {native_w} here, {emu_w} on QEMU's Haswell"
           f"\nportable/1 (AdamW's default step): weights {old_native_w} here, {old_emu_w} on QEMU's Haswell"
           f"\ntorch.sqrt (MKL VML): {native_sqrt} here, {emu_sqrt} there")

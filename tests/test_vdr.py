@@ -279,6 +279,34 @@ def test_search_job_writes_every_variant_from_one_load(trained, tmp_path):
     assert {q: [d for d, _ in h] for q, h in fly.items()} == {q: [d for d, _ in h] for q, h in m5.items()}
 
 
+def test_beta_alone_needs_no_embedding_index(trained, tmp_path):
+    """``searches: [beta]`` (the ci overlay's VDR): the search job has no E(D) input and writes the
+    beta run the three-search job writes; a re-rank without beta is refused when the plan is made."""
+    import copy
+
+    from harness.methods.vdr.jobs import search_job
+
+    ctx, out, _ = trained
+    cfg = copy.deepcopy(ctx.cfg)
+    cfg["methods"]["vdr"].update(searches=["beta"], rerank_depths=[])
+    job = search_job(cfg, "vdr", "smoke")
+    assert job.systems == ("vdr.beta",) and "emb_index" not in job.inputs
+    assert "emb_index" in search_job(ctx.cfg, "vdr", "smoke").inputs
+    cfg["methods"]["vdr"].update(searches=["full"], rerank_depths=[20])
+    with pytest.raises(ConfigError, match="rerank_depths"):
+        search_job(cfg, "vdr", "smoke")
+    for d in ("t", "e", "all", "beta"):
+        (tmp_path / d).mkdir()
+    vdr.build_token(ctx, _job("index", "svdr.token"), {"data": ctx.data_dir()}, tmp_path / "t")
+    vdr.build_emb(ctx, _job("index", "svdr.emb"), {"data": ctx.data_dir(), "model": out}, tmp_path / "e")
+    inputs = {"data": ctx.data_dir(), "model": out, "token_index": tmp_path / "t"}
+    vdr.run_search(ctx, _job("search", "svdr", params={"depths": []}, systems=("svdr.full", "svdr.alpha", "svdr.beta")),
+                   {**inputs, "emb_index": tmp_path / "e"}, tmp_path / "all")
+    vdr.run_search(ctx, _job("search", "svdr", params={"depths": []}, systems=("svdr.beta",)), inputs, tmp_path / "beta")
+    assert sorted(p.name for p in (tmp_path / "beta").glob("*.trec")) == ["svdr.beta.trec"]
+    assert (tmp_path / "beta" / "svdr.beta.trec").read_text() == (tmp_path / "all" / "svdr.beta.trec").read_text()
+
+
 # ---------------------------------------------------------------- re-ranking
 def test_rerank_reorders_only_the_top_m():
     docs = {f"d{i}": Doc(f"d{i}", "", f"text {i}") for i in range(6)}

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ConfigError
 from harness.methods import METHODS
 from harness.methods.base import Context, affects, training_keys, wants_gpu
 from harness.methods.vdr.index import write_emb_index, write_token_index
@@ -153,20 +154,26 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
 
 
 def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test") -> Job:
-    """Systems <m>.full|alpha|beta|beta-m<k> on ``dataset`` from one model load; on another split
-    (the reader's training passages) the beta search alone."""
-    depths = sorted(cfg["methods"][name].get("rerank_depths") or []) if split == "test" else []
-    variants = (*SEARCH_VARIANTS, *(f"beta-m{k}" for k in depths)) if split == "test" else ("beta",)
+    """Systems <m>.full|alpha|beta (those ``searches`` names) and <m>.beta-m<k> on ``dataset`` from
+    one model load; on another split (the reader's training passages) the beta search alone. The
+    embedding index is an input only where a system reads it (full, alpha, the re-ranks)."""
+    m = cfg["methods"][name]
+    searches = [v for v in SEARCH_VARIANTS if v in (m.get("searches") or SEARCH_VARIANTS)] if split == "test" else ["beta"]
+    depths = sorted(m.get("rerank_depths") or []) if split == "test" else []
+    if depths and "beta" not in searches:
+        raise ConfigError(f"methods.{name}.rerank_depths re-rank the beta run, but methods.{name}.searches "
+                          f"{searches} has no beta", fix=f"add beta to methods.{name}.searches or set rerank_depths: []")
+    variants = (*searches, *(f"beta-m{k}" for k in depths))
     tok = f"{_token_owner(cfg, name)}.token"
+    inputs = {"data": Ref("data", dataset=dataset), "model": Ref("model", name), "token_index": Ref("index", tok, dataset)}
+    if set(variants) != {"beta"}:
+        inputs["emb_index"] = Ref("index", f"{name}.emb", dataset)
     return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
                gpu=wants_gpu(cfg, name), params={"depths": depths, "split": split},
-               keys=("evaluate.depth", *affects(name, "search")),
-               inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", name),
-                       "token_index": Ref("index", tok, dataset), "emb_index": Ref("index", f"{name}.emb", dataset)},
+               keys=("evaluate.depth", *affects(name, "search")), inputs=inputs,
                systems=tuple(f"{name}.{v}" for v in variants))
 
 
-# ---- steps: step(ctx, job, inputs, out) -> info for meta.json ---------------------------------
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     return train(ctx, out, inputs["negatives"], token_index_dir=inputs["token_index"],
                  ablation=job.params.get("ablation"))

@@ -36,9 +36,11 @@ def search_variants(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
     eq = enc.encode_questions(texts)
     tq = enc.binary_questions([enc.question(t) for t in texts])
     t_enc = time.perf_counter() - t0
-    emb = SparseEmbeddingIndex.load(inputs["emb_index"])
+    emb = SparseEmbeddingIndex.load(inputs["emb_index"]) if "emb_index" in inputs else None  # beta alone: unread
     tindex, tdocids = load_token_index(inputs["token_index"])
-    searches = {"full": (emb, eq, emb.docids), "alpha": (emb, tq, emb.docids), "beta": (tindex, eq, tdocids)}
+    searches = {"beta": (tindex, eq, tdocids)}
+    if emb is not None:
+        searches = {"full": (emb, eq, emb.docids), "alpha": (emb, tq, emb.docids), **searches}
     beta_hits = None
     for variant, (index, qv, docids) in searches.items():
         if f"{name}.{variant}" not in systems:
