@@ -52,6 +52,25 @@ def test_span_tokens_point_at_the_answer(setup):
     assert not mask[0][: enc.sequence_ids(0).index(1) + 2].any()
 
 
+def test_text_mask_is_the_token_by_token_rule(setup):
+    """reader.text_mask (tensor ops) marks the tokens the old per-token loop marked: second sequence,
+    at or after the title prefix, non-empty offsets — with and without titles, truncated and padded."""
+    import torch
+
+    ctx, _, _ = setup
+    r = reader.Reader.from_backbone(ctx)
+    docs = list(store.iter_corpus(ctx.data_dir()))[:12] + [Doc("x", "", "no title here"), Doc("y", "T", "")]
+    docs[0] = Doc(docs[0].id, docs[0].title, docs[0].text * 20)  # longer than max_len: truncated
+    enc, offsets, mask, starts = r.batch(["who founded the works?"] * len(docs), docs)
+    want = torch.zeros_like(enc["input_ids"], dtype=torch.bool)
+    for i, start in enumerate(starts):
+        for t, sid in enumerate(enc.sequence_ids(i)):
+            if sid == 1 and offsets[i, t, 0] >= start and offsets[i, t, 1] > offsets[i, t, 0]:
+                want[i, t] = True
+    assert mask.dtype == torch.bool and torch.equal(mask, want)
+    assert want.any(1)[:-1].all() and not want[-1].any() and (~want).any()
+
+
 def test_training_instances(setup):
     ctx, runs, _ = setup
     inst, stats = reader.training_instances(ctx, runs["train"])

@@ -76,6 +76,17 @@ def find_answer(text: str, answers: Sequence[str]) -> tuple[int, int] | None:
     return best
 
 
+def text_mask(enc: Any, offsets: Any, prefix: Sequence[int]) -> Any:
+    """[n, L] bool: the tokens of pair i that lie in passage i's text — the second sequence, at or
+    after character ``prefix[i]`` (the title and [SEP] come first), and not empty (special tokens)."""
+    import torch
+
+    second = torch.tensor([[sid == 1 for sid in enc.sequence_ids(i)] for i in range(len(prefix))], dtype=torch.bool)
+    second = second.reshape(offsets.shape[:2])
+    start = torch.tensor(list(prefix), dtype=offsets.dtype).reshape(-1, 1)
+    return second & (offsets[:, :, 0] >= start) & (offsets[:, :, 1] > offsets[:, :, 0])
+
+
 class Reader:
     """Encoder + selection and span heads, with the tokenizer."""
 
@@ -130,19 +141,14 @@ class Reader:
 
     def batch(self, questions: Sequence[str], docs: Sequence[Doc]):
         """Tokenised (question_i, title [SEP] text_i) pairs, with offsets and the passage-text mask."""
-        torch = _torch(self.ctx)
+        _torch(self.ctx)  # the job's torch threads (the tokenizer returns torch tensors)
         qs = {q: self.tok.convert_tokens_to_string(self.tok.tokenize(q)[: self.q_max_len]) for q in set(questions)}
         seconds = [self._prefix(d) + d.text for d in docs]
         enc = self.tok([qs[q] for q in questions], seconds, padding=True, truncation="only_second",
                        max_length=self.max_len, return_offsets_mapping=True, return_tensors="pt")
         offsets = enc.pop("offset_mapping")
-        text_mask = torch.zeros_like(enc["input_ids"], dtype=torch.bool)
-        for i, d in enumerate(docs):
-            start = len(self._prefix(d))
-            for t, sid in enumerate(enc.sequence_ids(i)):
-                if sid == 1 and offsets[i, t, 0] >= start and offsets[i, t, 1] > offsets[i, t, 0]:
-                    text_mask[i, t] = True
-        return enc, offsets, text_mask, [len(self._prefix(d)) for d in docs]
+        prefix = [len(self._prefix(d)) for d in docs]
+        return enc, offsets, text_mask(enc, offsets, prefix), prefix
 
     def forward(self, enc):
         hidden = self.enc(**enc).last_hidden_state
