@@ -1,8 +1,8 @@
-"""harness.indexes.pyserini_env.batch_hits: Lucene hits read as one JSON string (Jackson) are the
-hits pyserini's own ``batch_search`` objects give — the same docids in the same order and the same
-float32 scores — for every lucene kind (bm25, pretokenized, impact), with many tied scores (Anserini
-orders ties by docid and lowers each later tied score by 1e-6), non-ASCII docids and queries that
-find nothing."""
+"""harness.indexes.pyserini_env.SortedHits: Lucene hits read without Anserini's per-hit stored
+document loads (the top docs as one Jackson JSON string, each id looked up once, ties adjusted as
+Anserini's ScoreTiesAdjusterReranker does) are the hits pyserini's own ``batch_search`` objects give
+— the same docids in the same order and the same float32 scores — for every lucene kind (bm25,
+pretokenized, impact), with many tied scores, non-ASCII docids and queries that find nothing."""
 from __future__ import annotations
 
 import random

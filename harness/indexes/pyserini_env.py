@@ -184,7 +184,6 @@ class SortedHits:
         self.reader = autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
         self.searcher = autoclass("org.apache.lucene.search.IndexSearcher")(
             cast("org.apache.lucene.index.IndexReader", self.reader))
-        self.searcher.setSimilarity(java_searcher.get_similarity())
         sort_field = autoclass("org.apache.lucene.search.SortField")
         string_val = autoclass("org.apache.lucene.search.SortField$Type").STRING_VAL
         self.sort = autoclass("org.apache.lucene.search.Sort")(sort_field.FIELD_SCORE, sort_field("id", string_val))
@@ -203,6 +202,7 @@ class SortedHits:
 
         import numpy as np
 
+        self.searcher.setSimilarity(self.java.get_similarity())  # as set now (set_bm25 may come after __init__)
         analyzer = self.java.get_analyzer() if any(isinstance(q, str) for q in queries) else None
         built = [self.generator.buildQuery("contents", analyzer, q) if isinstance(q, str)
                  else self.generator.buildQuery("contents", q) for q in queries]
