@@ -211,22 +211,24 @@ class SortedHits:
         writer = _hits_writer()
 
         def work(part: range) -> None:
+            for i in part:
+                found[i] = writer.writeValueAsString(self.searcher.search(built[i], int(k), self.sort, True))
+
+        def worker(part: range) -> None:  # a thread of ours: detached from the JVM when it ends
             from jnius import detach
 
             try:
-                for i in part:
-                    found[i] = writer.writeValueAsString(self.searcher.search(built[i], int(k), self.sort, True))
+                work(part)
             except BaseException as e:  # noqa: BLE001 (raised again below, in the caller's thread)
                 failed.append(e)
             finally:
-                if threading.current_thread() is not threading.main_thread():
-                    detach()
+                detach()
 
         n = max(1, min(int(threads), len(built)))
         if n == 1:
             work(range(len(built)))
         else:
-            workers = [threading.Thread(target=work, args=(range(t, len(built), n),)) for t in range(n)]
+            workers = [threading.Thread(target=worker, args=(range(t, len(built), n),)) for t in range(n)]
             for w in workers:
                 w.start()
             for w in workers:

@@ -158,14 +158,17 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
     one model load; on another split (the reader's training passages) the beta search alone. The
     embedding index is an input only where a system reads it (full, alpha, the re-ranks)."""
     m = cfg["methods"][name]
-    searches = [v for v in SEARCH_VARIANTS if v in (m.get("searches") or SEARCH_VARIANTS)] if split == "test" else ["beta"]
+    asked = m.get("searches") or SEARCH_VARIANTS
+    searches = [v for v in SEARCH_VARIANTS if v in asked] if split == "test" else ["beta"]
     depths = sorted(m.get("rerank_depths") or []) if split == "test" else []
     if depths and "beta" not in searches:
         raise ConfigError(f"methods.{name}.rerank_depths re-rank the beta run, but methods.{name}.searches "
-                          f"{searches} has no beta", fix=f"add beta to methods.{name}.searches or set rerank_depths: []")
+                          f"{searches} has no beta",
+                          fix=f"add beta to methods.{name}.searches or set rerank_depths: []")
     variants = (*searches, *(f"beta-m{k}" for k in depths))
     tok = f"{_token_owner(cfg, name)}.token"
-    inputs = {"data": Ref("data", dataset=dataset), "model": Ref("model", name), "token_index": Ref("index", tok, dataset)}
+    inputs = {"data": Ref("data", dataset=dataset), "model": Ref("model", name),
+              "token_index": Ref("index", tok, dataset)}
     if set(variants) != {"beta"}:
         inputs["emb_index"] = Ref("index", f"{name}.emb", dataset)
     return Job("search", name if split == "test" else f"{name}.{split}", name, "run_search", dataset,
@@ -174,6 +177,7 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
                systems=tuple(f"{name}.{v}" for v in variants))
 
 
+# ---- steps: step(ctx, job, inputs, out) -> info for meta.json ---------------------------------
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     return train(ctx, out, inputs["negatives"], token_index_dir=inputs["token_index"],
                  ablation=job.params.get("ablation"))
