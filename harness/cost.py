@@ -24,14 +24,24 @@ from typing import Any
 UNITS = {"train": ("steps", "step", 1), "index": ("documents", "1k documents", 1000), "search": ("queries", "query", 1)}
 
 
+#: this job's optimizer steps, timed by harness.train.train_loop: the first of each loop (CUDA and
+#: allocator warm-up, lazy inits) and the later ones, whose median is the steady price of a step
+_STEPS: dict[str, list[float]] = {"first": [], "later": []}
+
+
+def step_timed(seconds: float, first: bool) -> None:
+    _STEPS["first" if first else "later"].append(seconds)
+
+
 #: this process's device fallbacks: whether the job may take them (config ``device_fallback``, set by
 #: harness.stages before the step) and those it took (meta.json ``fallbacks``)
 _FALLBACK: dict[str, Any] = {"allowed": False, "taken": []}
 
 
 def allow_fallbacks(allowed: bool) -> None:
-    """Start a job: fallbacks allowed or not, none taken yet."""
+    """Start a job: fallbacks allowed or not, none taken yet, no step timed yet."""
     _FALLBACK.update(allowed=bool(allowed), taken=[])
+    _STEPS.update(first=[], later=[])
 
 
 def fallback(what: str) -> bool:
@@ -86,7 +96,10 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
     ending it (or another process) without a word. POSIX only; a no-op where limits cannot be set."""
     from harness.errors import ResourceError
 
-    avail = mem_available() if enabled else None
+    gpu = _cuda_device()
+    # no address-space cap where CUDA is: its runtime reserves virtual address space far beyond the
+    # host's memory (a cap breaks its start); the GPU's own out-of-memory error is reported below
+    avail = mem_available() if enabled and gpu is None else None
     try:
         old = resource.getrlimit(resource.RLIMIT_AS)
         if avail is not None:
@@ -97,7 +110,14 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
         yield
     except (MemoryError, RuntimeError) as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if avail is None or not (isinstance(exc, MemoryError) or any(m in text.lower() for m in _OOM_MARKS)):
+        oom = isinstance(exc, MemoryError) or any(m in text.lower() for m in _OOM_MARKS)
+        if enabled and oom and gpu is not None and "cuda" in text.lower():
+            peak, total = _gpu_memory()
+            raise ResourceError(f"{what}: out of GPU memory at this shape ({text[:200]}); it had allocated "
+                                f"{peak / 2**30:.1f} GiB at its peak of the {total / 2**30:.1f} GiB of {gpu}",
+                                fix="run it on a GPU with more memory, or shrink its batch in the profile "
+                                    "(or a sub-batch setting where the method has one)") from None
+        if avail is None or not oom:
             raise
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         raise ResourceError(f"{what}: out of memory at this shape ({text[:200]}); it held {peak / 2**30:.1f} GiB at its "
@@ -107,6 +127,21 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
     finally:
         if avail is not None:
             resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+def _cuda_device() -> str | None:
+    """The name of the CUDA device torch sees, where torch is loaded and sees one; else None."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch.cuda.get_device_name() if torch is not None and torch.cuda.is_available() else None
+    except (RuntimeError, AssertionError):
+        return None
+
+
+def _gpu_memory() -> tuple[int, int]:
+    """(bytes torch allocated at its peak on the current CUDA device, the device's total bytes)."""
+    torch = sys.modules["torch"]
+    return int(torch.cuda.max_memory_allocated()), int(torch.cuda.get_device_properties(0).total_memory)
 
 
 def peaks() -> dict[str, Any]:
@@ -121,10 +156,22 @@ def peaks() -> dict[str, Any]:
 
 
 def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any]:
-    """The ``cost`` of a finished job: seconds, peaks, and seconds per unit of its stage's work."""
+    """The ``cost`` of a finished job: seconds, peaks, and seconds per unit of its stage's work.
+
+    A train job that timed two optimizer steps or more is priced as ``fixed_seconds`` (imports, the
+    model's build and load, the first step's warm-up, saving: paid once) plus ``seconds_per_unit`` =
+    the median of its later steps (``steady``); otherwise every second is spread over its units (a
+    slice's start-up then over-projects, and the estimate says so)."""
     out: dict[str, Any] = {"seconds": round(seconds, 3), **peaks()}
     field, unit, per = UNITS.get(stage, (None, None, 1))
     count = info.get(field) if field else None
     if isinstance(count, (int, float)) and count > 0:
-        out.update(unit=unit, units=count / per, seconds_per_unit=seconds / (count / per))
+        units = count / per
+        out.update(unit=unit, units=units, seconds_per_unit=seconds / units)
+        later = sorted(_STEPS["later"]) if stage == "train" else []
+        if later:
+            mid = len(later) // 2
+            steady = later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
+            out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, seconds - steady * units), 3),
+                       first_step_seconds=round(sum(_STEPS["first"]), 4), steps_timed=len(later), pricing="steady")
     return out

@@ -100,7 +100,7 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any]) -> dict[s
            "gpu_peak_gib": round(cost["gpu_peak_bytes"] / 2**30, 2) if "gpu_peak_bytes" in cost else None,
            "hardware": cost.get("gpu") or "cpu"}
     if units is not None and cost.get("seconds_per_unit") is not None:
-        out["seconds"] = cost["seconds_per_unit"] * units
+        out["seconds"] = cost.get("fixed_seconds", 0.0) + cost["seconds_per_unit"] * units  # fixed: paid once
     elif units is None and job.stage not in UNITS:
         out["seconds"] = cost.get("seconds")
     else:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness import numerics
+from harness import cost, numerics
 from harness.errors import ConfigError
 
 T = TypeVar("T")
@@ -267,6 +267,7 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
     parts: list[dict[str, float]] = []
     window: list[tuple[float, Mapping[str, float]]] = []
     step, t0 = 0, time.perf_counter()
+    t_step = t0
     try:
         while step < total:
             order = list(range(n))
@@ -297,7 +298,10 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
                 parts.append(step_parts)
                 step += 1
                 bar.update(1)
-                log.row(step, step_loss, step_parts, lr, time.perf_counter() - t0)
+                now = time.perf_counter()  # after the loss was read: a GPU step has finished
+                cost.step_timed(now - t_step, first=step == 1)
+                t_step = now
+                log.row(step, step_loss, step_parts, lr, now - t0)
                 if step % every == 0 or step == total:
                     _print_progress(step, total, losses[-every:], parts[-every:], time.perf_counter() - t0)
                 if save is not None and out is not None and ts.save_every and step % int(ts.save_every) == 0 \

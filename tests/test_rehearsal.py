@@ -182,3 +182,48 @@ def test_a_job_too_large_for_the_machine_fails_naming_its_memory():
     assert torch.empty(big, dtype=torch.uint8).numel() == big  # the cap is lifted afterwards
     with cost.memory_guard("train small"):
         assert torch.ones(1000).sum() == 1000
+
+
+def test_a_train_job_is_priced_by_its_steady_steps_plus_what_it_pays_once(tmp_path):
+    """Two timed steps or more: seconds per step = the median of the steps after the first (the first
+    carries CUDA's and the allocator's warm-up), and the rest of the job's seconds (imports, building
+    the model, saving) is paid once, not once per step, in the projection."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    for s, first in ((4.0, True), (0.5, False), (0.7, False), (0.6, False)):
+        cost.step_timed(s, first=first)
+    rec = cost.record("train", {"steps": 4}, 20.0)
+    assert rec["pricing"] == "steady" and rec["seconds_per_unit"] == 0.6 and rec["steps_timed"] == 3
+    assert rec["fixed_seconds"] == 20.0 - 0.6 * 4 and rec["first_step_seconds"] == 4.0
+    (tmp_path / "models" / "dpr").mkdir(parents=True)
+    (tmp_path / "models" / "dpr" / "meta.json").write_text(json.dumps({"kind": "model", "job": "dpr", "cost": rec}))
+    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    assert abs(row["seconds"] - (17.6 + 0.6 * 40 * 460)) < 1e-6  # DPR: 40 epochs x ceil(58,880 / 128) steps
+    cost.allow_fallbacks(False)  # a new job starts with no step timed: one step spreads its seconds
+    cost.step_timed(4.0, first=True)
+    one = cost.record("train", {"steps": 1}, 20.0)
+    assert one["seconds_per_unit"] == 20.0 and "fixed_seconds" not in one
+
+
+def test_the_memory_guard_leaves_cuda_uncapped_and_names_the_gpus_memory(monkeypatch):
+    """Where torch sees a GPU, no address-space cap (CUDA reserves address space beyond the host's
+    memory), and a CUDA out-of-memory error becomes one line naming the GPU memory it had."""
+    import resource
+
+    from harness import cost
+    from harness.errors import ResourceError
+
+    monkeypatch.setattr(cost, "_cuda_device", lambda: "NVIDIA H200")
+    monkeypatch.setattr(cost, "_gpu_memory", lambda: (130 * 2**30, 140 * 2**30))
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    with pytest.raises(ResourceError, match=r"out of GPU memory .* 130\.0 GiB at its peak of the 140\.0 GiB of NVIDIA H200"):
+        with cost.memory_guard("train lightretriever"):
+            assert resource.getrlimit(resource.RLIMIT_AS) == before
+            raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # other errors pass through
+        with cost.memory_guard("train dpr"):
+            raise RuntimeError("shape mismatch")
