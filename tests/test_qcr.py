@@ -245,3 +245,34 @@ def test_generated_queries_pipeline_with_a_random_tiny_causal_lm():
     out = qcr.generate_queries("unused", docs, max_new_tokens=5, model=lm, tokenizer=tok)
     assert len(out) == 2 and all(isinstance(q, str) for q in out)
     assert "{document}" in qcr.GENERATOR_PROMPT and qcr.GENERATOR_PROMPT.startswith("You are an expert search engine")
+
+
+def test_the_cuda_loss_path_equals_cdists_values_and_gradients():
+    """QCR's CUDA path (cdist's difference form has no fast CUDA backward: at the paper's stage shapes
+    it was the whole step on an H200) computes the same distances, minima and gradients as cdist,
+    exact zeros (codes that coincide, the common case after rounding) included."""
+    from harness.methods.qcr import model as qm
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.tanh(torch.randn(7, 6, 5, generator=g)) * 2
+    d = torch.tanh(torch.randn(9, 4, 5, generator=g)) * 2
+    q = torch.where(torch.rand(q.shape, generator=g) < 0.6, q.round(), q)  # many coinciding coordinates
+    d = torch.where(torch.rand(d.shape, generator=g) < 0.6, d.round(), d)
+    d[0, 0] = q[0, 0]  # a distance of exactly 0
+    w = torch.randn(7, 9, generator=g)
+    grads = []
+    for fn in (qm._late_interaction, qm._late_interaction_gpu):
+        qq, dd = q.clone().requires_grad_(), d.clone().requires_grad_()
+        out = fn(qq, dd)
+        (out * w).sum().backward()
+        grads.append((out.detach(), qq.grad, dd.grad))
+    for a, b in zip(*grads):
+        assert torch.isfinite(b).all() and torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+    cb = _fsq().implicit_codebook.float()
+    z = torch.cat([q.reshape(-1, 5), cb[:3]]).requires_grad_()  # rows on codebook entries: distance 0
+    ref = torch.cdist(z, cb, compute_mode="donot_use_mm_for_euclid_dist")
+    mine = qm._safe_sqrt(((z[:, None, :] - cb[None]) ** 2).sum(-1))
+    gw = torch.randn(ref.shape, generator=g)
+    g_ref, = torch.autograd.grad((ref * gw).sum(), z)
+    g_mine, = torch.autograd.grad((mine * gw).sum(), z)
+    assert torch.allclose(ref, mine, atol=1e-6) and torch.allclose(g_ref, g_mine, atol=1e-4)

@@ -249,6 +249,31 @@ def load_encoder(cfg: Mapping[str, Any], name: str):
     return _pretrained(AutoModel, name, path, spec)
 
 
+#: model types whose LM head is a causal one (AutoModelForCausalLM); the others are masked LMs
+DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
+
+
+def lm_class(config: Any) -> Any:
+    """AutoModelForCausalLM for a decoder configuration, AutoModelForMaskedLM otherwise."""
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    decoder = config.model_type in DECODERS or bool(getattr(config, "is_decoder", False))
+    return AutoModelForCausalLM if decoder else AutoModelForMaskedLM
+
+
+def load_lm(cfg: Mapping[str, Any], name: str):
+    """The backbone with its LM head, causal for decoders and masked otherwise (LightRetriever's
+    sparse side reads it); a ``config:`` source is built with random weights like every loader's."""
+    from transformers import AutoConfig
+
+    path, spec = resolve(cfg, name)
+    if str(spec["source"]).startswith("config:"):
+        config = load_config(name, spec["source"].partition(":")[2])
+    else:
+        config = AutoConfig.from_pretrained(path, **_hub_kwargs(spec["source"]))
+    return _pretrained(lm_class(config), name, path, spec)
+
+
 def load_mlm(cfg: Mapping[str, Any], name: str):
     """The backbone with its MLM head (vocabulary projection), for VDR/SVDR-style encoders."""
     from transformers import AutoModelForMaskedLM

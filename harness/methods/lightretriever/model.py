@@ -55,8 +55,7 @@ class LightModel:
     def from_backbone(cls, cfg: Mapping[str, Any], s: Mapping[str, Any]) -> LightModel:
         from harness.models import backbones
 
-        path, spec = backbones.resolve(cfg, s["backbone"])
-        lm = _load_lm(path, spec)
+        lm = backbones.load_lm(cfg, s["backbone"])
         tok = backbones.load_tokenizer(cfg, s["backbone"])
         if s.get("lora"):
             from peft import LoraConfig, get_peft_model
@@ -73,7 +72,7 @@ class LightModel:
 
         folder = Path(folder)
         info = json.loads((folder / INFO_FILE).read_text())
-        lm = _load_lm(str(folder / LM_DIR), {"source": "path:"})
+        lm = _load_lm(str(folder / LM_DIR))
         tok = AutoTokenizer.from_pretrained(folder / LM_DIR)
         model = cls(lm, tok, info["settings"])
         model.lm.eval()
@@ -202,18 +201,13 @@ class LightModel:
         return ops.build_table(vecs)
 
 
-def _load_lm(path: str, spec: Mapping[str, Any]):
-    """The backbone with its LM head: AutoModelForCausalLM for decoders, AutoModelForMaskedLM otherwise."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+def _load_lm(path: str):
+    """A saved model with its LM head (:func:`harness.models.backbones.lm_class` picks the class)."""
+    from transformers import AutoConfig
 
-    from harness.models.backbones import _hub_kwargs
+    from harness.models.backbones import lm_class
 
-    kw = _hub_kwargs(spec.get("source", ""))
-    conf = AutoConfig.from_pretrained(path, **kw)
-    decoder = conf.model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3") or bool(
-        getattr(conf, "is_decoder", False))
-    cls = AutoModelForCausalLM if decoder else AutoModelForMaskedLM
-    return cls.from_pretrained(path, **kw)
+    return lm_class(AutoConfig.from_pretrained(path)).from_pretrained(path)
 
 
 # --------------------------------------------------------------------------------------------

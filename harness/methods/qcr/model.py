@@ -157,16 +157,41 @@ def _late_interaction(q, d):
     return (-dist).max(dim=3).values.sum(dim=1)
 
 
+def _late_interaction_gpu(q, d):
+    """:func:`_late_interaction` for CUDA tensors: the same exact differences summed over the code's
+    few dimensions, but the minimum is taken over squared distances and only the [B, K, P] minima are
+    square-rooted (sqrt is monotonic: the same values), with cdist's gradient 0 at distance 0. cdist's
+    difference form has no fast CUDA backward: at the paper's stage shapes it was the whole step."""
+    import torch
+
+    b, k, dim = q.shape
+    p, k2, _ = d.shape
+    sq = None
+    for c in range(dim):  # dim = len(levels): 5 in the paper
+        diff = q[:, :, c].reshape(b, k, 1, 1) - d[:, :, c].reshape(1, 1, p, k2)
+        sq = diff * diff if sq is None else sq + diff * diff
+    return (-_safe_sqrt(sq.min(dim=3).values)).sum(dim=1)
+
+
+def _safe_sqrt(sq):
+    """sqrt of squared distances with cdist's gradient at 0 (0, not sqrt's infinity)."""
+    import torch
+
+    pos = sq > 0
+    return torch.where(pos, torch.where(pos, sq, torch.ones_like(sq)).sqrt(), torch.zeros_like(sq))
+
+
 def late_interaction(q, d, max_elements: int = LOSS_CHUNK_ELEMENTS):
     """Eq. 3 for every query-document pair: q [B, K, d], d [P, K', d] -> [B, P],
     ``sum_i max_j -||q_i - d_j||_2`` (in query chunks past ``max_elements`` distances)."""
     import torch
 
     b, k, _ = q.shape
+    fn = _late_interaction_gpu if q.is_cuda else _late_interaction
     rows = _rows(b, k * d.shape[0] * d.shape[1], max_elements)
     if rows >= b:
-        return _late_interaction(q, d)
-    return torch.cat(_chunked(_late_interaction, q, rows, d))
+        return fn(q, d)
+    return torch.cat(_chunked(fn, q, rows, d))
 
 
 def _code_probs(z, codebook):
@@ -175,7 +200,11 @@ def _code_probs(z, codebook):
 
     # the exact-difference form: cdist's matmul form (its default past 25 rows) takes MKL VML's sqrt,
     # whose bits depend on the CPU (harness.numerics); the codebook has only len(levels) dimensions
-    p = (-torch.cdist(z, codebook, compute_mode="donot_use_mm_for_euclid_dist")).softmax(-1)
+    if z.is_cuda:  # the same exact differences; cdist's difference form has no fast CUDA backward
+        dist = _safe_sqrt(((z[:, None, :] - codebook[None, :, :]) ** 2).sum(-1))
+    else:
+        dist = torch.cdist(z, codebook, compute_mode="donot_use_mm_for_euclid_dist")
+    p = (-dist).softmax(-1)
     return p, torch.nn.functional.one_hot(p.argmax(-1), codebook.shape[0]).to(p.dtype)
 
 
