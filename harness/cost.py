@@ -111,6 +111,7 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
     except (MemoryError, RuntimeError) as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         oom = isinstance(exc, MemoryError) or any(m in text.lower() for m in _OOM_MARKS)
+        gpu = gpu or _cuda_device()  # torch may have loaded after the guard began (the job imports it)
         if enabled and oom and gpu is not None and "cuda" in text.lower():
             peak, total = _gpu_memory()
             raise ResourceError(f"{what}: out of GPU memory at this shape ({text[:200]}); it had allocated "
