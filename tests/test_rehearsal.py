@@ -225,7 +225,7 @@ def test_the_memory_guard_leaves_cuda_uncapped_and_names_the_gpus_memory(monkeyp
             assert resource.getrlimit(resource.RLIMIT_AS) == before
             raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
     seen = iter([None, "NVIDIA H200"])  # torch (and its GPU) loaded only after the guard began, as in a job
-    monkeypatch.setattr(cost, "_cuda_device", lambda: next(seen))
+    monkeypatch.setattr(cost, "_cuda_device", lambda: next(seen, "NVIDIA H200"))
     with pytest.raises(ResourceError, match="out of GPU memory"):
         with cost.memory_guard("train lightretriever"):
             raise RuntimeError("CUDA out of memory. Tried to allocate 16.00 GiB")
