@@ -98,7 +98,9 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any]) -> dict[s
            "measured_seconds": cost.get("seconds"), "how": how,
            "host_peak_gib": round(cost.get("host_peak_bytes", 0) / 2**30, 2),
            "gpu_peak_gib": round(cost["gpu_peak_bytes"] / 2**30, 2) if "gpu_peak_bytes" in cost else None,
-           "hardware": cost.get("gpu") or "cpu"}
+           "hardware": cost.get("gpu") or "cpu",
+           # steady: fixed seconds once + the median later step per step; whole: every second per unit
+           "pricing": cost.get("pricing", "whole")}
     if units is not None and cost.get("seconds_per_unit") is not None:
         out["seconds"] = cost.get("fixed_seconds", 0.0) + cost["seconds_per_unit"] * units  # fixed: paid once
     elif units is None and job.stage not in UNITS:
@@ -114,6 +116,9 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any]) -> dict[s
 PAPERS_OWN = {
     ("svdr.emb", "nq"): "SVDR App. B: E_θ(D), encoding the 21M passages, 23.7 GPU-hours",
     ("svdr.token", "nq"): "SVDR App. B: T(D), the binary token index of the 21M passages, 1.1 CPU-hours",
+    ("densephrases", "nq"): "DensePhrases §4/App.: about 20 hours indexing the phrase dump on 4 x 24 GB GPUs",
+    ("densephrases", ""): "DensePhrases App.: phrase encoders trained on a single 24 GB GPU (TITAN RTX)",
+    ("lightretriever", ""): "LightRetriever §3.1: 12k steps at batch 128 on a DGX node of 8 H800 GPUs",
 }
 
 
@@ -199,8 +204,8 @@ def main(argv: list[str]) -> int:
     df["hours"] = df["seconds"] / 3600
     if args.csv:
         df.to_csv(args.csv, index=False)
-    show = df[["stage", "job", "dataset", "measured_seconds", "how", "hours", "host_peak_gib", "gpu_peak_gib",
-               "hardware", "papers_own"]]
+    show = df[["stage", "job", "dataset", "measured_seconds", "pricing", "how", "hours", "host_peak_gib",
+               "gpu_peak_gib", "hardware", "papers_own"]]
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
         print(show.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
     failed = failures(root)
@@ -211,7 +216,9 @@ def main(argv: list[str]) -> int:
     known = df.dropna(subset=["seconds"])
     hw = ", ".join(sorted(set(df["hardware"])))
     print(f"\nprojected (kind: projected; measured on {hw}; per-unit costs of the rehearsal x the profile's counts;"
-          f" a slice's fixed start-up (imports, JVM, model load) is priced per unit too, so small slices over-project):")
+          f" pricing steady: a train job's fixed seconds once + its median later step x the profile's steps;"
+          f" pricing whole: a job's start-up (imports, JVM, model load) is priced per unit too, so small slices"
+          f" over-project):")
     print(f"  jobs measured: {len(df)}; projected: {len(known)}; no count to project from: {len(df) - len(known)}")
     print(f"  total: {known['hours'].sum():,.1f} hours of job time; on {args.gpus} workers at best "
           f"{known['hours'].sum() / args.gpus:,.1f} hours wall (no dependency waits)")

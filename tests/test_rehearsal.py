@@ -120,6 +120,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     from harness import cost, estimate
     from harness.config import load_config
 
+    cost.allow_fallbacks(False)  # a job begins: no step timed (steps timed by other tests' loops are forgotten)
     rec = cost.record("train", {"steps": 2}, 30.0)
     assert rec["unit"] == "step" and rec["seconds_per_unit"] == 15.0 and rec["host_peak_bytes"] > 0
     assert cost.record("index", {"documents": 500}, 10.0)["seconds_per_unit"] == 20.0  # per 1,000 documents

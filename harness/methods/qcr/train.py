@@ -139,6 +139,14 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
         raise DataError(f"{data_dir}: QCR needs pairs with at least two distinct passages, got {len(pairs)} pairs")
     model = QCRModel.from_backbone(cfg, s)
     sched = BatchSchedule(pairs, s["schedule"], rng)
+    distinct = len({d for _, d in pairs})
+    capped = sorted({int(st["batch_size"]) for st in s["schedule"] if int(st["batch_size"]) > distinct})
+    if capped:  # a batch never holds one passage twice: a small corpus caps the schedule's batches
+        from harness.progress import console
+
+        info["batch_capped_at"] = distinct
+        console(f"warning: qcr: batch sizes {', '.join(map(str, capped))} of the schedule run as {distinct}, the "
+                f"distinct passages of the {len(pairs)} training pairs")
     ts = loop.TrainSettings.from_config(s, log_every=10)
     ts = replace(ts, batch_size=1, epochs=1, grad_accum=1, min_batch=1)
     device = loop.resolve_device(ts.device)
