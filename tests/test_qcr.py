@@ -276,3 +276,20 @@ def test_the_cuda_loss_path_equals_cdists_values_and_gradients():
     g_ref, = torch.autograd.grad((ref * gw).sum(), z)
     g_mine, = torch.autograd.grad((mine * gw).sum(), z)
     assert torch.allclose(ref, mine, atol=1e-6) and torch.allclose(g_ref, g_mine, atol=1e-4)
+
+
+def test_bench_qcr_loss_runs_both_paths_and_they_agree(tmp_path, capsys):
+    """`python -m harness bench qcr-loss` on small shapes: both paths run on the same tensors and give
+    the same loss; the GPU target is not judged on a CPU; a malformed shape list is one clear error."""
+    import json
+
+    from harness.bench import run
+    from harness.errors import ConfigError
+
+    assert run("qcr-loss", ["--shapes", "8x4,16x6", "--cdist-max-batch", "8", "--json", str(tmp_path / "q.json")]) == 0
+    out = capsys.readouterr().out
+    assert "same loss: True" in out and "cdist not run (past --cdist-max-batch)" in out and "not judged on cpu" in out
+    rows = json.loads((tmp_path / "q.json").read_text())["shapes"]
+    assert [(r["batch"], r["K"]) for r in rows] == [(8, 4), (16, 6)] and rows[0]["same_loss"] is True
+    with pytest.raises(ConfigError, match="BATCHxK"):
+        run("qcr-loss", ["--shapes", "256"])

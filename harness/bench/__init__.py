@@ -19,6 +19,7 @@ BENCHMARKS.add("numerics", "harness.bench.numerics")
 BENCHMARKS.add("flat-search", "harness.bench.flat_search")
 BENCHMARKS.add("backbones", "harness.bench.backbones")
 BENCHMARKS.add("projection", "harness.bench.projection")
+BENCHMARKS.add("qcr-loss", "harness.bench.qcr_loss")
 
 
 def run(name: str, argv: list[str]) -> int:

@@ -157,6 +157,11 @@ def _late_interaction(q, d):
     return (-dist).max(dim=3).values.sum(dim=1)
 
 
+def _fast_path(x) -> bool:
+    """Whether the loss takes the CUDA path for tensor ``x`` (on CUDA; the CPU keeps cdist's bits)."""
+    return bool(x.is_cuda)
+
+
 def _late_interaction_gpu(q, d):
     """:func:`_late_interaction` for CUDA tensors: the same exact differences summed over the code's
     few dimensions, but the minimum is taken over squared distances and only the [B, K, P] minima are
@@ -186,7 +191,7 @@ def late_interaction(q, d, max_elements: int = LOSS_CHUNK_ELEMENTS):
     import torch
 
     b, k, _ = q.shape
-    fn = _late_interaction_gpu if q.is_cuda else _late_interaction
+    fn = _late_interaction_gpu if _fast_path(q) else _late_interaction
     rows = _rows(b, k * d.shape[0] * d.shape[1], max_elements)
     if rows >= b:
         return fn(q, d)
@@ -199,7 +204,7 @@ def _code_probs(z, codebook):
 
     # the exact-difference form: cdist's matmul form (its default past 25 rows) takes MKL VML's sqrt,
     # whose bits depend on the CPU (harness.numerics); the codebook has only len(levels) dimensions
-    if z.is_cuda:  # the same exact differences; cdist's difference form has no fast CUDA backward
+    if _fast_path(z):  # the same exact differences; cdist's difference form has no fast CUDA backward
         dist = _safe_sqrt(((z[:, None, :] - codebook[None, :, :]) ** 2).sum(-1))
     else:
         dist = torch.cdist(z, codebook, compute_mode="donot_use_mm_for_euclid_dist")
