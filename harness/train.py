@@ -331,3 +331,54 @@ def _print_progress(step: int, total: int, losses: list[float], parts: list[dict
         line += " (" + ", ".join(f"{k} {sum(p[k] for p in parts) / len(parts):.4f}" for k in parts[-1]) + ")"
     tqdm.write(f"{line} {seconds:.0f}s", file=sys.stdout)
     sys.stdout.flush()
+
+
+def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int):
+    """One GradCache step (Gao et al., 2021): ``encode(items)`` -> a tensor or a tuple of tensors (rows
+    = items) for each group, in sub-batches of ``chunk`` without a graph; ``loss_fn(*reps)`` on the
+    whole batch (a tuple-valued group is passed as its tuple) and its gradient w.r.t. the
+    representations; then every sub-batch re-encoded under the random state of its first pass (the
+    CPU's and, where it is in use, the CUDA device's: the same dropout masks) and back-propagated with
+    its slice of that gradient. Gradients accumulate in the parameters; returns (detached loss, parts).
+    With one sub-batch per group nothing is cached: the loss is back-propagated as it is.
+    QCR (§3.2) and LightRetriever's passages at the paper's batch on one GPU use it."""
+    import torch
+
+    if all(len(items) <= chunk for items in groups):  # one sub-batch each: the cache would encode twice for nothing
+        loss, parts = loss_fn(*[encode(items) for items in groups])
+        loss.backward()
+        return loss.detach(), parts
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def state():
+        return torch.get_rng_state(), (torch.cuda.get_rng_state() if cuda else None)
+
+    def restore(st) -> None:
+        torch.set_rng_state(st[0])
+        if st[1] is not None:
+            torch.cuda.set_rng_state(st[1])
+
+    reps, states, tupled = [], [], []
+    for items in groups:
+        outs, st = [], []
+        for i in range(0, len(items), chunk):
+            st.append(state())
+            with torch.no_grad():
+                out = encode(items[i:i + chunk])
+            outs.append(out if isinstance(out, tuple) else (out,))
+        tupled.append(isinstance(out, tuple))
+        reps.append(tuple(torch.cat(col).detach().requires_grad_() for col in zip(*outs)))
+        states.append(st)
+    loss, parts = loss_fn(*[r if t else r[0] for r, t in zip(reps, tupled)])
+    loss.backward()
+    for items, rep, st in zip(groups, reps, states):
+        for j, i in enumerate(range(0, len(items), chunk)):
+            now = state()
+            restore(st[j])
+            out = encode(items[i:i + chunk])
+            restore(now)
+            outs = out if isinstance(out, tuple) else (out,)
+            pairs = [(o, r.grad[i:i + chunk]) for o, r in zip(outs, rep) if r.grad is not None]
+            if pairs:
+                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+    return loss.detach(), parts

@@ -247,3 +247,53 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, t
         want = torch.nn.functional.normalize(query_vector(full, searcher.qrows).float(), dim=-1).numpy()
     assert searcher.info["table_rows"] == len({t for r in searcher.qrows for t in r}) < full.num_embeddings
     assert np.allclose(searcher.qvec_light, want, atol=1e-5)
+
+
+def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cfg, tiny_llama):
+    """``grad_cache_chunk`` (the paper's batch on one GPU: the H200 rehearsal ran out of memory without
+    it): passages encoded in sub-batches without a graph, the loss on the whole batch, each sub-batch
+    re-encoded and back-propagated; the same loss and LoRA gradients as one graph (dropout 0: the
+    sub-batches' masks would differ from the whole batch's), every loss term included; fp16 refused."""
+    import random
+
+    from harness.datasets import prepare as prepare_dataset
+    from harness.io import write_jsonl
+    from harness.methods.lightretriever.train import BatchLoss, read_training_sets, training_groups
+
+    c = copy.deepcopy(cfg)
+    c["backbones"]["tiny-llama"] = {"source": f"path:{tiny_llama}", "has_mlm_head": False}
+    c["methods"]["lightretriever"].update(backbone="tiny-llama", lora={"r": 4, "alpha": 8, "dropout": 0.0},
+                                          max_train_questions=8, batch_size=4, hard_negatives=2, p_max_len=32,
+                                          mrl_dims=[8])
+    data = tmp_path / "data"
+    prepare_dataset("smoke", c["datasets"]["smoke"], c, data)
+    (tmp_path / "decontam" / "train").mkdir(parents=True)
+    lines = [json.loads(x) for x in (data / "queries-train.jsonl").read_text().splitlines()]
+    write_jsonl(tmp_path / "decontam" / "train" / "smoke.train.jsonl", lines)
+    write_jsonl(tmp_path / "negs.jsonl", [{"id": r["id"], "negatives": []} for r in lines])
+    inputs = {"decontam": tmp_path / "decontam", "data_smoke": data, "negatives_smoke": tmp_path / "negs.jsonl"}
+    results = []
+    for chunk in (0, 5):  # 12 passages (4 queries x (1 + 2)): sub-batches of 5, 5 and 2
+        c["methods"]["lightretriever"]["grad_cache_chunk"] = chunk
+        s = lr.settings(c)
+        sets, docs, _ = read_training_sets(c, s, inputs, 0)
+        group = training_groups(s, sets, 0)[0]
+        torch.manual_seed(0)
+        model = lr.LightModel.from_backbone(c, s)
+        model.lm.train()
+        step = BatchLoss(model, s, sets, docs)
+        loss, parts = step([group], 3, random.Random(0))
+        graph = loss.requires_grad
+        if graph:  # one graph: the training loop's backward
+            loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.lm.named_parameters() if p.requires_grad}
+        results.append((float(loss.detach()), parts, grads, graph))
+    (l0, p0, g0, graph0), (l1, p1, g1, graph1) = results
+    assert graph0 and not graph1  # chunk 5 ran the GradCache step (its own backward, a detached loss)
+    assert l0 == pytest.approx(l1, rel=1e-5) and p0.keys() == p1.keys() and {"base", "dense", "sparse", "kl"} <= set(p0)
+    assert g0.keys() == g1.keys() and len(g0) > 0
+    for n in g0:
+        assert torch.allclose(g0[n], g1[n], rtol=1e-4, atol=1e-6), (n, (g0[n] - g1[n]).abs().max())
+    c["methods"]["lightretriever"].update(precision="fp16", grad_cache_chunk=5)
+    with pytest.raises(ConfigError, match="grad_cache_chunk"):
+        lr.train(c, lr.settings(c), inputs, tmp_path / "model")

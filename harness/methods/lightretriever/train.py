@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from harness.datasets import Query, store
-from harness.errors import DataError
+from harness.errors import ConfigError, DataError
 from harness.methods.lightretriever.model import LightModel, contrastive, doc_text, flops, kl_align, mrl, ramp
 from harness.methods.lightretriever.settings import NAME, instruction_for
 from harness.models.runtime import torch_for
@@ -106,13 +106,35 @@ class BatchLoss:
 
     def __call__(self, batch, step: int, rng):
         key, group = batch[0]
-        model, s, tau, n_per = self.model, self.s, self.tau, self.n_per
+        model, s = self.model, self.s
         cols = self.columns(key, group, rng)
         qs = [q for q, _ in group]
         drows = model.ids([doc_text(self.docs[key][p]) for p in cols], int(s["p_max_len"]))
         qrows = model.ids([q.text for q in qs], int(s["q_max_len"]))
-        dh, dmask = model.forward(self.doc_prefix, drows)
-        d_full = model.eos_pool(dh, dmask)
+        chunk = int(s.get("grad_cache_chunk") or 0)
+        if not chunk or len(drows) <= chunk:  # one graph: the loop back-propagates the loss
+            dh, dmask = model.forward(self.doc_prefix, drows)
+            return self.loss(key, qrows, drows, model.eos_pool(dh, dmask), (dh, dmask), step)
+        from harness.train import grad_cache_step
+
+        full_sparse = s["sparse_doc"] == "full"
+
+        def encode(rows):  # a sub-batch of passages: (pooled vector, sparse vector where the sparse side reads it)
+            h, mask = model.forward(self.doc_prefix, rows)
+            pooled = model.eos_pool(h, mask)
+            return (pooled, model.sparse_vectors(h, mask, len(self.doc_prefix))) if full_sparse else pooled
+
+        def loss_fn(reps):
+            d_full, d_sp = reps if full_sparse else (reps, None)
+            return self.loss(key, qrows, drows, d_full, d_sp, step)
+
+        return grad_cache_step(encode, [drows], loss_fn, chunk)
+
+    def loss(self, key: str, qrows, drows, d_full, d_sparse, step: int):
+        """(loss, parts) of one batch from its passages' pooled vectors ``d_full`` and ``d_sparse``:
+        their sparse vectors, or (hidden states, mask) to take them from, or None where the sparse
+        side does not read them; the queries are encoded here."""
+        model, s, tau, n_per = self.model, self.s, self.tau, self.n_per
         qh, qmask = model.forward(self.prompts[key], qrows)
         q_full = model.eos_pool(qh, qmask)
         parts: dict[str, float] = {}
@@ -124,7 +146,7 @@ class BatchLoss:
         l_dense = contrastive(light / tau, n_per)
         parts["dense"] = float(l_dense.detach())
         loss = loss + l_dense
-        sparse, l_sparse = self.light_sparse(qrows, drows, dh, dmask, step, parts)
+        sparse, l_sparse = self.light_sparse(qrows, drows, d_sparse, step, parts)
         parts["sparse"] = float(l_sparse.detach())
         loss = loss + l_sparse
         if s["kl"]:
@@ -150,15 +172,16 @@ class BatchLoss:
         d_dense = model.light_mean(self.doc_prefix, drows) if s["dense_doc"] == "light" else d_full
         return q_light, d_dense
 
-    def light_sparse(self, qrows, drows, dh, dmask, step: int, parts: dict[str, float]):
-        """(scores, loss) of the light sparse side, the FLOPS term (recorded in ``parts``) included."""
+    def light_sparse(self, qrows, drows, d_sparse, step: int, parts: dict[str, float]):
+        """(scores, loss) of the light sparse side, the FLOPS term (recorded in ``parts``) included;
+        ``d_sparse``: the passages' sparse vectors, or (hidden states, mask) to take them from."""
         model, s = self.model, self.s
         if s["sparse_query"] == "full":
             q_sp = model.sparse_vectors(*model.forward(self.doc_prefix, qrows), len(self.doc_prefix))
         else:
             q_sp = model.counts(qrows, binary=s["sparse_query"] == "binary")
         if s["sparse_doc"] == "full":
-            d_sp = model.sparse_vectors(dh, dmask, len(self.doc_prefix))
+            d_sp = model.sparse_vectors(*d_sparse, len(self.doc_prefix)) if isinstance(d_sparse, tuple) else d_sparse
         else:
             d_sp = model.counts(drows)
         sparse = q_sp @ d_sp.T
@@ -184,6 +207,9 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     groups = training_groups(s, sets, seed)
     if not groups:
         raise DataError(f"methods.{NAME}: no training batch: the training sets have fewer than 2 questions")
+    if int(s.get("grad_cache_chunk") or 0) and s["precision"] == "fp16":
+        raise ConfigError(f"methods.{NAME}.grad_cache_chunk: a GradCache step runs its own backward pass, without "
+                          f"fp16's loss scaling", fix="train in bf16 or fp32, or set grad_cache_chunk: 0")
     model = LightModel.from_backbone(cfg, s)
     ts = loop.TrainSettings.from_config(s)
     ts = replace(ts, batch_size=1, min_batch=1)   # one example = one pre-formed single-set batch

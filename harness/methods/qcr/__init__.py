@@ -56,7 +56,6 @@ from harness.methods.qcr.jobs import (
 from harness.methods.qcr.model import (
     code_ids,
     entropy_loss,
-    grad_cache_step,
     late_interaction,
     prequant,
     qcr_loss,
@@ -64,6 +63,7 @@ from harness.methods.qcr.model import (
 from harness.methods.qcr.search import Encoder, Retriever, distance_matrix, rescore, rescore_run
 from harness.methods.qcr.settings import codebook_size, grid_models, settings
 from harness.methods.qcr.train import GENERATOR_PROMPT, BatchSchedule, crop_query, generate_queries
+from harness.train import grad_cache_step  # the shared GradCache step (QCR's §3.2 large batches)
 
 SCHEMA = "schema.yaml"
 

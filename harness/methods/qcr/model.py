@@ -255,36 +255,3 @@ def qcr_loss(q, d, codebook, *, temperature: float, entropy_weight: float):
         loss = lc - entropy_weight * h
         parts["entropy"] = float(h.detach())
     return loss, parts
-
-
-def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int):
-    """One GradCache step (Gao et al., 2021) for multi-vector outputs: ``encode(items) -> [n, K, d]``
-    for each group (queries, documents) in sub-batches of ``chunk`` without a graph; ``loss_fn(*reps)``
-    on the whole batch and its gradient w.r.t. the representations; then every sub-batch re-encoded
-    under the RNG state of its first pass and back-propagated with its slice of that gradient.
-    Gradients accumulate in the parameters; returns (detached loss, parts)."""
-    import torch
-
-    if all(len(items) <= chunk for items in groups):  # one sub-batch each: the cache would encode twice for nothing
-        loss, parts = loss_fn(*[encode(items) for items in groups])
-        loss.backward()
-        return loss.detach(), parts
-    reps, states = [], []
-    for items in groups:
-        parts_, st = [], []
-        for i in range(0, len(items), chunk):
-            st.append(torch.get_rng_state())
-            with torch.no_grad():
-                parts_.append(encode(items[i:i + chunk]))
-        reps.append(torch.cat(parts_).detach().requires_grad_())
-        states.append(st)
-    loss, parts = loss_fn(*reps)
-    loss.backward()
-    for items, rep, st in zip(groups, reps, states):
-        for j, i in enumerate(range(0, len(items), chunk)):
-            rng = torch.get_rng_state()
-            torch.set_rng_state(st[j])
-            out = encode(items[i:i + chunk])
-            torch.set_rng_state(rng)
-            out.backward(rep.grad[i:i + chunk])
-    return loss.detach(), parts

@@ -14,7 +14,7 @@ from harness import train as loop
 from harness.datasets import Doc, store
 from harness.errors import DataError
 from harness.methods.qcr.codebook import usage as usage_stats
-from harness.methods.qcr.model import QCRModel, code_ids, grad_cache_step, qcr_loss
+from harness.methods.qcr.model import QCRModel, code_ids, qcr_loss
 from harness.methods.qcr.settings import FSQ_VERSION, check_model, codebook_size, codes_k, train_signature
 from harness.models.runtime import torch_for
 
@@ -177,7 +177,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
             parts["batch"], parts["K"] = float(len(batch)), float(k)
             return loss, parts
 
-        return grad_cache_step(encode, [qs, ds], loss_fn, int(s["chunk_size"]))
+        return loop.grad_cache_step(encode, [qs, ds], loss_fn, int(s["chunk_size"]))
 
     res = loop.train_loop(list(range(sched.total)), step_fn, model.parameters(), settings=ts, seed=seed, out=out,
                           save=model.save, modules=[model.encoder, model.proj, model.fsq])
