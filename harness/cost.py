@@ -97,8 +97,9 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
     from harness.errors import ResourceError
 
     gpu = _cuda_device()
-    # no address-space cap where CUDA is: its runtime reserves virtual address space far beyond the
-    # host's memory (a cap breaks its start); the GPU's own out-of-memory error is reported below
+    # no address-space cap where torch already sees a GPU: the GPU's memory is what limits such a job
+    # (its out-of-memory error is reported below), and CUDA reserves address space beyond the host's
+    # memory (it ran under the cap on an H200, where torch loaded after the guard began)
     avail = mem_available() if enabled and gpu is None else None
     try:
         old = resource.getrlimit(resource.RLIMIT_AS)
