@@ -293,3 +293,32 @@ def test_bench_qcr_loss_runs_both_paths_and_they_agree(tmp_path, capsys):
     assert [(r["batch"], r["K"]) for r in rows] == [(8, 4), (16, 6)] and rows[0]["same_loss"] is True
     with pytest.raises(ConfigError, match="BATCHxK"):
         run("qcr-loss", ["--shapes", "256"])
+
+
+def test_generated_queries_from_a_backbone_key_build_its_config_source(tmp_path):
+    """QCR-uns.'s generator may name a key of config backbones: a config: source (the rehearsal's
+    random Gemma-2-2b) is built with random weights and its offline tokenizer, not fetched from the
+    hub by id; one query per passage, up to max_passages."""
+    import json
+    import random
+
+    from harness.config import load_config
+    from harness.datasets import prepare as prepare_dataset
+    from harness.methods.qcr.settings import settings
+    from harness.methods.qcr.train import training_pairs
+
+    conf = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
+            "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 600, "max_position_embeddings": 1024,
+            "bos_token_id": 1, "eos_token_id": 2}
+    (tmp_path / "gen.json").write_text(json.dumps(conf))
+    cfg = load_config()
+    cfg["backbones"]["tiny-gen"] = {"source": f"config:{tmp_path / 'gen.json'}", "tokenizer": "byte-bpe",
+                                    "has_mlm_head": False}
+    cfg["methods"]["qcr"].update(training_data="generated",
+                                 generator={"model": "tiny-gen", "max_new_tokens": 3, "max_passages": 2})
+    data = tmp_path / "data"
+    prepare_dataset("smoke", cfg["datasets"]["smoke"], cfg, data)
+    torch.manual_seed(0)
+    pairs, docs, info = training_pairs(cfg, settings(cfg), data, random.Random(0))
+    assert info["training_data"] == "generated" and len(pairs) == 2
+    assert all(isinstance(q, str) and d in docs for q, d in pairs)

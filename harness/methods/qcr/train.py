@@ -72,8 +72,13 @@ def training_pairs(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path,
     else:
         g = s["generator"]
         chosen = list(docs.values())[: g["max_passages"] or None]
-        pairs = list(zip(generate_queries(g["model"], chosen, max_new_tokens=g["max_new_tokens"]),
-                         [d.id for d in chosen]))
+        lm = tok = None
+        if g["model"] in cfg["backbones"]:  # a backbone key: its source (a config: one in the rehearsal)
+            from harness.models import backbones
+
+            lm, tok = backbones.load_lm(cfg, g["model"]), backbones.load_tokenizer(cfg, g["model"])
+        pairs = list(zip(generate_queries(g["model"], chosen, max_new_tokens=g["max_new_tokens"], model=lm,
+                                          tokenizer=tok), [d.id for d in chosen]))
     pairs = loop.subsample(pairs, s["max_train_questions"], cfg["seed"])
     info["pairs"] = len(pairs)
     return pairs, docs, info
