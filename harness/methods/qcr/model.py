@@ -167,7 +167,6 @@ def _late_interaction_gpu(q, d):
     few dimensions, but the minimum is taken over squared distances and only the [B, K, P] minima are
     square-rooted (sqrt is monotonic: the same values), with cdist's gradient 0 at distance 0. cdist's
     difference form has no fast CUDA backward: at the paper's stage shapes it was the whole step."""
-
     b, k, dim = q.shape
     p, k2, _ = d.shape
     sq = None

@@ -91,6 +91,7 @@ class BatchSchedule:
 
     def __init__(self, pairs: Sequence[tuple[str, str]], schedule: Sequence[Mapping[str, int]], rng: random.Random):
         self.pairs, self.schedule, self.rng = list(pairs), list(schedule), rng
+        self.distinct = len({d for _, d in self.pairs})  # the largest batch without a passage twice
         self.queue: list[int] = []
         self.waiting: list[int] = []
 
@@ -113,7 +114,7 @@ class BatchSchedule:
 
     def batch(self, step: int) -> tuple[list[tuple[str, str]], int]:
         st = self.stage(step)
-        size = min(int(st["batch_size"]), len({d for _, d in self.pairs}))
+        size = min(int(st["batch_size"]), self.distinct)
         chosen: list[int] = []
         seen: set[str] = set()
         pending, self.waiting = self.waiting, []
@@ -140,18 +141,17 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
     loop.set_seed(seed)
     rng = random.Random(seed)
     pairs, docs, info = training_pairs(cfg, s, data_dir, rng)
-    if len({d for _, d in pairs}) < 2:
+    sched = BatchSchedule(pairs, s["schedule"], rng)  # draws nothing from rng until its first batch
+    if sched.distinct < 2:
         raise DataError(f"{data_dir}: QCR needs pairs with at least two distinct passages, got {len(pairs)} pairs")
     model = QCRModel.from_backbone(cfg, s)
-    sched = BatchSchedule(pairs, s["schedule"], rng)
-    distinct = len({d for _, d in pairs})
-    capped = sorted({int(st["batch_size"]) for st in s["schedule"] if int(st["batch_size"]) > distinct})
+    capped = sorted({int(st["batch_size"]) for st in s["schedule"] if int(st["batch_size"]) > sched.distinct})
     if capped:  # a batch never holds one passage twice: a small corpus caps the schedule's batches
         from harness.progress import console
 
-        info["batch_capped_at"] = distinct
-        console(f"warning: qcr: batch sizes {', '.join(map(str, capped))} of the schedule run as {distinct}, the "
-                f"distinct passages of the {len(pairs)} training pairs")
+        info["batch_capped_at"] = sched.distinct
+        console(f"warning: qcr: batch sizes {', '.join(map(str, capped))} of the schedule run as {sched.distinct}, "
+                f"the distinct passages of the {len(pairs)} training pairs")
     ts = loop.TrainSettings.from_config(s, log_every=10)
     ts = replace(ts, batch_size=1, epochs=1, grad_accum=1, min_batch=1)
     device = loop.resolve_device(ts.device)
