@@ -218,3 +218,24 @@ def test_every_method_spells_its_variants_alike_and_an_old_spelling_names_the_ne
                            ("svdr", "ablations", "variants"), ("svdr", "ablation_datasets", "variant_datasets")):
         with pytest.raises(ConfigError, match=f"'{old}' \\(renamed: write '{new}'"):
             load_config([], overrides={"methods": {name: {old: {} if "datasets" not in old else []}}})
+
+
+def test_qcr_uns_model_moves_with_its_own_backbone_and_its_query_generator():
+    """QCR-uns. on generated queries (paper; rehearsal: the generator is a key of config backbones)
+    read its variant backbone's definition and the generator without hashing them: a new generator
+    would have left the model stale. The generator's settings join every QCR model's hash (the
+    schema's rule for a field that affects the model); the generator's and Contriever's definitions
+    only the model that reads them."""
+    cfg = load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"])
+    base = fresh(cfg)
+    trains = {"qcr", "qcr.uns"}
+
+    def train_moved(change):
+        return {jid for stage, jid in moved(cfg, change, "qcr", directly=True, base=base) if stage == "train"} & trains
+
+    assert "qcr.uns" in train_moved(lambda c: c["methods"]["qcr"]["generator"].__setitem__("max_new_tokens", 8))
+    assert train_moved(lambda c: c["backbones"]["gemma-2-2b"].__setitem__("source", "config:qwen25-1b5")) == {"qcr.uns"}
+    assert train_moved(lambda c: c["backbones"]["contriever"].__setitem__("tokenizer", "wordpiece-cased")) == {"qcr.uns"}
+    assert base.unhashed_reads(base.job("train", "qcr.uns", None),
+                               ["backbones.contriever.source", "backbones.gemma-2-2b.source",
+                                "methods.qcr.generator.model"]) == []

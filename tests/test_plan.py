@@ -343,7 +343,9 @@ def test_backbone_definition_changes_the_models_of_every_profile(prof):
     cfg = config(prof)
     a = fresh_plan(cfg)
     for j in a.concrete("train"):
-        bb = section(cfg, j).get("backbone")
+        # the model's own backbone: a variant's where it names one (the paper's QCR-uns.: Contriever)
+        variant = (section(cfg, j).get("variants") or {}).get(j.params.get("variant")) or {}
+        bb = variant.get("backbone") or section(cfg, j).get("backbone")
         if bb is None:
             continue
         other = copy.deepcopy(cfg)

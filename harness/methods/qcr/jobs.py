@@ -76,7 +76,6 @@ def _train_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], models:
                 ) -> list[Job]:
     """One train job per distinct model (a variant that trains as the main model shares ``qcr``)."""
     gpu = wants_gpu(cfg, name)
-    keys = training_keys(cfg, name)
     data = {"data": Ref("data", dataset=s["train_dataset"])}
     jobs = []
     for v, mid in models.items():
@@ -85,8 +84,19 @@ def _train_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], models:
         vkeys = () if v is None else (affects(name, "model.variant", at={"variants": v}) if v in (s["variants"] or {})
                                       else affects(name, "model.grid"))
         jobs.append(Job("train", mid, name, "train_step", gpu=gpu, params={"variant": v}, inputs=data,
-                        keys=(*keys, *vkeys), mem_mb=6000))
+                        keys=(*_model_keys(cfg, name, settings(cfg, v)), *vkeys), mem_mb=6000))
     return jobs
+
+
+def _model_keys(cfg: Mapping[str, Any], name: str, sv: Mapping[str, Any]) -> tuple[str, ...]:
+    """A model's hash keys from its own settings ``sv``: the backbone it trains from (a variant's own,
+    e.g. the paper's Contriever for QCR-uns.), and for generated queries a generator named by a key of
+    config backbones: that backbone's definition (``training_pairs`` builds it from there)."""
+    keys = training_keys(cfg, name, backbone=sv["backbone"])
+    gen = sv["generator"]["model"]
+    if sv["training_data"] == "generated" and gen in cfg["backbones"]:
+        return (*keys, f"backbones.{gen}")
+    return keys
 
 
 def _model_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], variants: list[str],
