@@ -271,7 +271,36 @@ def load_lm(cfg: Mapping[str, Any], name: str):
         config = load_config(name, spec["source"].partition(":")[2])
     else:
         config = AutoConfig.from_pretrained(path, **_hub_kwargs(spec["source"]))
-    return _pretrained(lm_class(config), name, path, spec)
+    lm = _pretrained(lm_class(config), name, path, spec)
+    if spec.get("has_mlm_head") is False:
+        tied_head(lm)
+    return lm
+
+
+def tied_head(lm: Any) -> Any:
+    """An encoder shipped without its MLM head (``has_mlm_head: false``, e.g. all-MiniLM-L6-v2) gets
+    its word embeddings as the output projection, tied, with the head's transform set to the identity
+    (dense = I, bias 0; LayerNorm 1, 0) and the output bias 0, instead of the random transform
+    transformers would initialise: the vocabulary logits start as LayerNorm(GELU(h)) . E^T, the
+    hidden states scored against the input embeddings, deterministic and the same for every seed.
+    A model whose head has no BERT-style transform is left as loaded."""
+    import torch
+
+    head = getattr(getattr(lm, "cls", None), "predictions", None)
+    if head is None or not hasattr(head, "transform"):
+        return lm
+    with torch.no_grad():
+        dense, norm = head.transform.dense, head.transform.LayerNorm
+        dense.weight.copy_(torch.eye(dense.weight.shape[0], dense.weight.shape[1]))
+        dense.bias.zero_()
+        norm.weight.fill_(1.0)
+        norm.bias.zero_()
+        if getattr(head, "bias", None) is not None:
+            head.bias.zero_()
+    out = lm.get_output_embeddings()
+    if out.weight.data_ptr() != lm.get_input_embeddings().weight.data_ptr():
+        out.weight = lm.get_input_embeddings().weight
+    return lm
 
 
 def load_mlm(cfg: Mapping[str, Any], name: str):
