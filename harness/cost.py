@@ -17,6 +17,7 @@ import contextlib
 import resource
 import sys
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 
@@ -97,10 +98,13 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
     from harness.errors import ResourceError
 
     gpu = _cuda_device()
-    # no address-space cap where torch already sees a GPU: the GPU's memory is what limits such a job
-    # (its out-of-memory error is reported below), and CUDA reserves address space beyond the host's
-    # memory (it ran under the cap on an H200, where torch loaded after the guard began)
-    avail = mem_available() if enabled and gpu is None else None
+    # no address-space cap on a machine with a GPU (torch need not be loaded yet: the job imports it
+    # after the guard begins): the GPU's memory is what limits such a job (its out-of-memory error is
+    # reported below), and CUDA maps the device memory it allocates into the process's address space.
+    # Under the cap, on an H200 (125 GiB of host memory), LightRetriever-8B's step failed with "CUDA out
+    # of memory" at 90 GiB allocated and 49 GiB free, and the 1B model's save failed to allocate 64 MB
+    # of host memory with 125 GiB available
+    avail = mem_available() if enabled and gpu is None and not gpu_present() else None
     try:
         old = resource.getrlimit(resource.RLIMIT_AS)
         if avail is not None:
@@ -129,6 +133,17 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
     finally:
         if avail is not None:
             resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+def gpu_present() -> bool:
+    """Whether this machine has an NVIDIA GPU a job may use, read from the driver's device files
+    (/dev/nvidia0, ...) without importing torch; CUDA_VISIBLE_DEVICES set to nothing (or -1) hides it."""
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return any(p.name[len("nvidia"):].isdigit() for p in Path("/dev").glob("nvidia*"))
 
 
 def _cuda_device() -> str | None:

@@ -185,6 +185,36 @@ def test_a_job_too_large_for_the_machine_fails_naming_its_memory():
         assert torch.ones(1000).sum() == 1000
 
 
+def test_the_memory_guard_sets_no_cap_on_a_gpu_machine_before_torch_is_loaded(monkeypatch):
+    """A job imports torch after its guard begins; on a machine with a GPU the guard must not cap the
+    address space then either: CUDA maps the device memory it allocates into that space, and on an H200
+    the cap turned a 90 GiB allocation (49 GiB free on the GPU) and a 64 MB host allocation while saving
+    (125 GiB free) into out-of-memory errors."""
+    import resource
+    from pathlib import Path
+
+    from harness import cost
+
+    monkeypatch.setattr(cost, "_cuda_device", lambda: None)  # torch not loaded yet
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    monkeypatch.setattr(cost, "gpu_present", lambda: True)
+    with cost.memory_guard("train lightretriever"):
+        assert resource.getrlimit(resource.RLIMIT_AS) == before
+    monkeypatch.setattr(cost, "gpu_present", lambda: False)
+    if cost.mem_available() is not None:
+        with cost.memory_guard("train dpr"):
+            assert resource.getrlimit(resource.RLIMIT_AS) != before  # a CPU machine is capped
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    monkeypatch.undo()
+    monkeypatch.setattr(Path, "glob", lambda self, pat: iter([Path("/dev/nvidiactl"), Path("/dev/nvidia0")]))
+    assert cost.gpu_present()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert not cost.gpu_present()  # hidden
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(Path, "glob", lambda self, pat: iter([Path("/dev/nvidiactl"), Path("/dev/nvidia-uvm")]))
+    assert not cost.gpu_present()  # control devices alone are no GPU
+
+
 def test_a_train_job_is_priced_by_its_steady_steps_plus_what_it_pays_once(tmp_path):
     """Two timed steps or more: seconds per step = the median of the steps after the first (the first
     carries CUDA's and the allocator's warm-up), and the rest of the job's seconds (imports, building
