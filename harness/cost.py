@@ -28,6 +28,8 @@ UNITS = {"train": ("steps", "step", 1), "index": ("documents", "1k documents", 1
 #: this job's optimizer steps, timed by harness.train.train_loop: the first of each loop (CUDA and
 #: allocator warm-up, lazy inits) and the later ones, whose median is the steady price of a step
 _STEPS: dict[str, list[float]] = {"first": [], "later": []}
+#: a train job of at most this many optimizer steps (a rehearsal's) keeps each step's seconds in its cost
+MAX_STEPS_KEPT = 64
 
 
 def step_timed(seconds: float, first: bool) -> None:
@@ -191,4 +193,7 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
             steady = later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
             out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, seconds - steady * units), 3),
                        first_step_seconds=round(sum(_STEPS["first"]), 4), steps_timed=len(later), pricing="steady")
+        each = _STEPS["first"] + _STEPS["later"]  # in order: a schedule's stages are priced one by one
+        if stage == "train" and 2 <= len(each) <= MAX_STEPS_KEPT:
+            out["each_step_seconds"] = [round(x, 4) for x in each]
     return out

@@ -91,8 +91,36 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
     return None, "not scaled (as measured)"
 
 
-def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any]) -> dict[str, Any]:
-    """One job's projected cost in profile ``cfg`` from its measured ``cost`` (a rehearsal job's)."""
+def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
+               measured: Mapping[str, Any]) -> tuple[float, str] | None:
+    """(seconds, how) of a train job whose schedule changes shape by stage (QCR: batch 256 -> 2,048,
+    K 150 -> 250): the profile's steps of each stage x the measured seconds of that stage's steps, plus
+    what the job paid once; None unless the measured run (``measured``: its config values) went through
+    the same stages, in order, at the same shapes, with each step timed (``each_step_seconds``)."""
+    from harness import plan
+
+    m = job.method
+    paper = _setting(plan.get(cfg).values(job), m, "schedule") or []
+    ran = _setting(measured, m, "schedule") or []
+    each = cost.get("each_step_seconds") or []
+    shape = ("batch_size", "codes")
+    if len(paper) < 2 or len(paper) != len(ran) or sum(int(st["steps"]) for st in ran) != len(each) \
+            or any({k: a.get(k) for k in shape} != {k: b.get(k) for k in shape} for a, b in zip(paper, ran)):
+        return None
+    seconds, start, parts = float(cost["seconds"]) - sum(each), 0, []
+    for p, r in zip(paper, ran):
+        n = int(r["steps"])
+        step = sum(each[start:start + n]) / n
+        seconds += int(p["steps"]) * step
+        parts.append(f"{int(p['steps']):,} x {step:.1f} s (batch {p['batch_size']})")
+        start += n
+    return seconds, " + ".join(parts)
+
+
+def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
+            measured: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One job's projected cost in profile ``cfg`` from its measured ``cost`` (a rehearsal job's;
+    ``measured``: that job's config values, which say the stages a schedule ran)."""
     units, how = paper_units(cfg, job)
     out = {"job": job.id, "stage": job.stage, "dataset": job.dataset or "", "kind": "projected",
            "measured_seconds": cost.get("seconds"), "how": how,
@@ -101,7 +129,10 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any]) -> dict[s
            "hardware": cost.get("gpu") or "cpu",
            # steady: fixed seconds once + the median later step per step; whole: every second per unit
            "pricing": cost.get("pricing", "whole")}
-    if units is not None and cost.get("seconds_per_unit") is not None:
+    staged = _per_stage(cfg, job, cost, measured or {}) if job.stage == "train" and units is not None else None
+    if staged is not None:  # a schedule's stages differ in shape: one median step would misprice them
+        out["seconds"], out["how"], out["pricing"] = staged[0], f"{how}: {staged[1]}", "per stage"
+    elif units is not None and cost.get("seconds_per_unit") is not None:
         out["seconds"] = cost.get("fixed_seconds", 0.0) + cost["seconds_per_unit"] * units  # fixed: paid once
     elif units is None and job.stage not in UNITS:
         out["seconds"] = cost.get("seconds")
@@ -151,7 +182,7 @@ def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
             job = p.job(stage, d["job"], d.get("dataset"))
         except ConfigError:
             continue
-        row = project(cfg, job, d["cost"])
+        row = project(cfg, job, d["cost"], d.get("config_values"))
         hw = d.get("hardware") or {}
         if row["hardware"] == "cpu" and hw.get("cpu"):
             row["hardware"] = f"{hw['cpu']} ({hw.get('cpus', '?')} cores)"
@@ -217,6 +248,7 @@ def main(argv: list[str]) -> int:
     hw = ", ".join(sorted(set(df["hardware"])))
     print(f"\nprojected (kind: projected; measured on {hw}; per-unit costs of the rehearsal x the profile's counts;"
           f" pricing steady: a train job's fixed seconds once + its median later step x the profile's steps;"
+          f" pricing per stage: a schedule's stages each at its own measured step;"
           f" pricing whole: a job's start-up (imports, JVM, model load) is priced per unit too, so small slices"
           f" over-project):")
     print(f"  jobs measured: {len(df)}; projected: {len(known)}; no count to project from: {len(df) - len(known)}")

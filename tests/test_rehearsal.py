@@ -240,6 +240,36 @@ def test_a_train_job_is_priced_by_its_steady_steps_plus_what_it_pays_once(tmp_pa
     assert one["seconds_per_unit"] == 20.0 and "fixed_seconds" not in one
 
 
+def test_a_schedule_whose_stages_change_shape_is_priced_stage_by_stage(tmp_path):
+    """QCR's paper schedule runs 1,000 steps at each of batch 256, 512, 1,024 and 2,048; the rehearsal
+    runs one step of each. The median step (here the 1,024 stage's) would under-price the 2,048 stage
+    (on an H200: 3.5, 7.3, 20.2 and 64.9 s), so each stage is priced at its own step."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    steps = [3.5, 7.3, 20.2, 64.9]
+    for i, t in enumerate(steps):
+        cost.step_timed(t, first=i == 0)
+    rec = cost.record("train", {"steps": 4}, 120.0)
+    assert rec["each_step_seconds"] == steps and rec["seconds_per_unit"] == 20.2
+    rehearsal = load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"])
+    ran = rehearsal["methods"]["qcr"]["schedule"]
+    (tmp_path / "models" / "qcr").mkdir(parents=True)
+    meta = {"kind": "model", "job": "qcr", "cost": rec, "config_values": {"methods.qcr.schedule": ran}}
+    (tmp_path / "models" / "qcr" / "meta.json").write_text(json.dumps(meta))
+    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    fixed = 120.0 - sum(steps)
+    assert row["pricing"] == "per stage" and abs(row["seconds"] - (fixed + 1000 * sum(steps))) < 1e-6
+    assert "1,000 x 64.9 s (batch 2048)" in row["how"]
+    meta["config_values"]["methods.qcr.schedule"] = [{**st, "batch_size": 128} for st in ran]  # other shapes:
+    (tmp_path / "models" / "qcr" / "meta.json").write_text(json.dumps(meta))      # not the paper's stages
+    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    assert row["pricing"] == "steady" and abs(row["seconds"] - (rec["fixed_seconds"] + 20.2 * 4000)) < 1e-6
+
+
 def test_the_memory_guard_leaves_cuda_uncapped_and_names_the_gpus_memory(monkeypatch):
     """Where torch sees a GPU, no address-space cap (CUDA reserves address space beyond the host's
     memory), and a CUDA out-of-memory error becomes one line naming the GPU memory it had."""
