@@ -242,8 +242,13 @@ def test_generated_queries_pipeline_with_a_random_tiny_causal_lm():
                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id,
                                       bos_token_id=tok.cls_token_id))
     docs = [Doc("d1", "T", "a passage about rivers"), Doc("d2", "", "another one")]
+    docs += [Doc("d3", "A much longer title", "a far longer passage, so that the batch is padded on the left " * 3)]
     out = qcr.generate_queries("unused", docs, max_new_tokens=5, model=lm, tokenizer=tok)
-    assert len(out) == 2 and all(isinstance(q, str) for q in out)
+    assert len(out) == 3 and all(isinstance(q, str) and q for q in out)
+    # one left-padded batch gives each passage the query it gets alone (padding masked, positions shifted)
+    assert [qcr.generate_queries("unused", [d], max_new_tokens=5, model=lm, tokenizer=tok)[0] for d in docs] == out
+    assert qcr.generate_queries("unused", docs, max_new_tokens=5, model=lm, tokenizer=tok, batch_size=2) == out
+    assert tok.padding_side == "right"  # restored for the encoders that share the tokenizer
     assert "{document}" in qcr.GENERATOR_PROMPT and qcr.GENERATOR_PROMPT.startswith("You are an expert search engine")
 
 
