@@ -293,3 +293,45 @@ def test_the_memory_guard_leaves_cuda_uncapped_and_names_the_gpus_memory(monkeyp
     with pytest.raises(RuntimeError, match="shape mismatch"):  # other errors pass through
         with cost.memory_guard("train dpr"):
             raise RuntimeError("shape mismatch")
+
+
+TINY_MODELS = ("dpr", "bpr", "vdr", "svdr", "qcr", "lightretriever", "reader", "densephrases")
+
+
+def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data, tmp_path):
+    """#28 item 4: the rehearsal through the real paper-profile configs (paper.yaml + rehearsal.yaml,
+    plus rehearsal-tiny.yaml's smaller counts), every trained method's main model and the reader: the
+    papers' architectures with random weights, the data, negatives, decontamination and SVDR's token
+    index they read, two optimizer steps each; each job's meta.json says the device it fell back from
+    and what it cost. (On the rehearsal's H200 the same jobs ran at the paper's batch sizes.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from harness.config import load_config
+
+    files = [str(repo / "configs/profiles" / f) for f in ("paper.yaml", "rehearsal.yaml", "rehearsal-tiny.yaml")]
+    targets = [str(tmp_path / "rehearsal" / "models" / m) for m in TINY_MODELS]
+    env = {**os.environ, "HARNESS_DATA_MIRROR": str(shared_data)}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--nolock", "--cores", "2", *targets, "--configfile",
+                           *files, "--config", f"results_dir={tmp_path}"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = load_config(files[:2])
+    for m in TINY_MODELS:
+        meta = json.loads((tmp_path / "rehearsal" / "models" / m / "meta.json").read_text())
+        assert meta["steps"] == 2, m
+        assert meta["cost"]["seconds"] > 0 and meta["cost"]["unit"] == "step", m
+        values = meta["config_values"]
+        backbone = (cfg["reader"] if m == "reader" else cfg["methods"][m])["backbone"]
+        assert values[f"backbones.{backbone}"]["source"].startswith("config:"), m  # the paper's shape, random weights
+        if not meta["hardware"].get("gpu"):
+            assert "device cuda -> cpu: torch sees no CUDA device" in meta["fallbacks"], m
+    dp = json.loads((tmp_path / "rehearsal" / "models" / "densephrases" / "meta.json").read_text())
+    assert dp["hardware"].get("gpu") or "precision fp16 -> fp32: fp16 needs device cuda" in dp["fallbacks"]
+    rows = (tmp_path / "rehearsal" / "models" / "qcr" / "loss.tsv").read_text().splitlines()
+    assert [r.split("\t")[6] for r in rows[1:]] == ["150.0", "250.0"]  # the schedule's stages, K up to the paper's last
+    lr = json.loads((tmp_path / "rehearsal" / "models" / "lightretriever" / "meta.json").read_text())
+    assert lr["config_values"]["methods.lightretriever.lora"] == {"r": 16, "alpha": 32, "dropout": 0.1}
+    assert lr["config_values"]["methods.lightretriever.grad_cache_chunk"] == 2  # its GradCache path ran
