@@ -15,6 +15,7 @@ configfile: "configs/default.yaml"
 onstart:
     from harness import warm
 
+    write_resolved_config()  # workflow/rules/common.smk: a run whose flags read as a dry run wrote nothing yet
     warm.precompile()  # the jobs read the package's bytecode instead of compiling it each
     warm.start()
     hwf.steady_scheduler(workflow)  # no spinning scheduler loop on a local run (snakemake#3744)

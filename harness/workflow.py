@@ -130,6 +130,18 @@ def serves_map(cfg: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def dry_run_argv(argv: list[str]) -> bool:
+    """Whether a Snakemake command line asks for a dry run: ``-n``, ``--dry-run``/``--dryrun``, or
+    ``-n`` among combined short flags (``-np``)."""
+    for a in argv:
+        if a == "--":
+            break
+        if a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and a[1:].isalpha()
+                                              and "n" in a[1:] and len(a) <= 4):
+            return True
+    return False
+
+
 def write_serves(cfg: Mapping[str, Any]) -> Path:
     """``<results>/<profile>/serves.json`` (rewritten only when it changes): the Snakefile writes it
     once per run, so that a job prints the tables it serves without deriving them again."""

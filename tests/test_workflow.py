@@ -36,6 +36,28 @@ def test_misspelled_config_key_fails_before_any_rule(repo, tmp_path):
     assert not (tmp_path / "smoke").exists()
 
 
+def test_a_dry_run_writes_nothing_into_the_results_tree(repo, tmp_path):
+    """A dry run with another config must not rewrite the config.yaml that a run in the same results
+    tree reads (a dry run of small without an overlay once rewrote a running small run's config, and
+    its next job refused a model built with the old one); a real run writes it before its first job."""
+    from harness.workflow import dry_run_argv
+
+    r = smk(repo, "--cores", "1", "--config", f"results_dir={tmp_path}", "--", f"{tmp_path}/smoke/data/smoke")
+    assert r.returncode == 0, r.stderr[-2000:]
+    cfg = tmp_path / "smoke" / "config.yaml"
+    before = cfg.read_text()
+    assert "seed: 13" in before
+    for flags in (["-n"], ["-np"], ["--dry-run"]):
+        r = smk(repo, *flags, "reproduce_all", "--config", f"results_dir={tmp_path}", "seed=99")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert cfg.read_text() == before, flags
+    r = smk(repo, "--cores", "1", "--config", f"results_dir={tmp_path}", "seed=99", "--", f"{tmp_path}/smoke/data/smoke")
+    assert r.returncode == 0 and "seed: 99" in cfg.read_text()  # a real run writes its own
+    assert dry_run_argv(["-n", "--cores", "1"]) and dry_run_argv(["--cores", "1", "-pn"])
+    assert not dry_run_argv(["--cores", "1", "--configfile", "x.yaml"]) and not dry_run_argv(["--", "-n"])
+    assert not dry_run_argv(["--forceall", "-p"])
+
+
 def test_conda_env_pins_match_pyproject(repo):
     deps = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["dependencies"]
     env = yaml.safe_load((repo / "workflow" / "envs" / "harness.yaml").read_text())

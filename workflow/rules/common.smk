@@ -26,11 +26,24 @@ shell.prefix(f"export PATH={Path(sys.executable).parent}:$PATH; ")
 R = str(hconfig.results_root(config))
 TABLES_DIR = f"{config['results_dir']}/tables"
 CFG = f"{R}/config.yaml"
-_text = __import__("yaml").safe_dump(dict(config), sort_keys=False)
-if not Path(CFG).exists() or Path(CFG).read_text() != _text:
-    hconfig.dump(config, Path(CFG))
-hconfig.mark_validated(config, Path(CFG))  # validated above: the jobs need not validate it again
-hwf.write_serves(config)  # which paper tables each job serves: every job prints its line when it starts
+
+
+def write_resolved_config():
+    """The resolved config every job reads (rewritten only when it changes), its validation stamp, and
+    which paper tables each job serves (every job prints its line when it starts)."""
+    text = __import__("yaml").safe_dump(dict(config), sort_keys=False)
+    if not Path(CFG).exists() or Path(CFG).read_text() != text:
+        hconfig.dump(config, Path(CFG))
+    hconfig.mark_validated(config, Path(CFG))  # validated above: the jobs need not validate it again
+    hwf.write_serves(config)
+
+
+# A dry run writes nothing: with another config (`snakemake -n --configfile ...`) it would rewrite the
+# config.yaml that a run going on in the same results tree reads. Snakemake tells a Snakefile nothing
+# of a dry run while it is read, so the command line says it; a real run whose flags read as one
+# still writes, before its first job (the Snakefile's onstart, not called in a dry run).
+if not hwf.dry_run_argv(sys.argv[1:]):
+    write_resolved_config()
 
 PUBLISHED = {p: hmatrix.published(p) for p in PAPERS}
 TABLES = [(p, t["id"]) for p in PAPERS for t in PUBLISHED[p]["tables"]]
