@@ -249,6 +249,15 @@ def test_generated_queries_pipeline_with_a_random_tiny_causal_lm():
     assert [qcr.generate_queries("unused", [d], max_new_tokens=5, model=lm, tokenizer=tok)[0] for d in docs] == out
     assert qcr.generate_queries("unused", docs, max_new_tokens=5, model=lm, tokenizer=tok, batch_size=2) == out
     assert tok.padding_side == "right"  # restored for the encoders that share the tokenizer
+    pad, tok.pad_token, tok.eos_token = tok.pad_token, None, "[SEP]"  # a decoder's tokenizer without a pad token
+    try:
+        assert qcr.generate_queries("unused", docs, max_new_tokens=5, model=lm, tokenizer=tok) == out  # EOS pads
+        assert tok.pad_token is None  # restored
+        tok.eos_token = None
+        with pytest.raises(ConfigError, match="neither a padding nor an EOS token"):
+            qcr.generate_queries("unused", docs, max_new_tokens=5, model=lm, tokenizer=tok)
+    finally:
+        tok.pad_token = pad
     assert "{document}" in qcr.GENERATOR_PROMPT and qcr.GENERATOR_PROMPT.startswith("You are an expert search engine")
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from harness import train as loop
 from harness.datasets import Doc, store
-from harness.errors import DataError
+from harness.errors import ConfigError, DataError
 from harness.methods.qcr.codebook import usage as usage_stats
 from harness.methods.qcr.model import QCRModel, code_ids, qcr_loss
 from harness.methods.qcr.settings import FSQ_VERSION, check_model, codebook_size, codes_k, train_signature
@@ -49,8 +49,13 @@ def generate_queries(model_name: str, docs: Sequence[Doc], *, max_new_tokens: in
     lm = model or AutoModelForCausalLM.from_pretrained(model_name)
     lm = lm.to(device, dtype=torch.bfloat16) if device == "cuda" else lm.to(device)
     lm.eval()
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    side, tok.padding_side = tok.padding_side, "left"  # generation continues each prompt at its end
+    side, pad_token = tok.padding_side, tok.pad_token
+    tok.padding_side = "left"  # generation continues each prompt at its end
+    if pad_token is None:  # a decoder's tokenizer often has none (Llama): pad with EOS, masked out of attention
+        if tok.eos_token is None:
+            raise ConfigError(f"query generator {model_name}: its tokenizer has neither a padding nor an EOS token",
+                              fix="give methods.qcr.generator.model a tokenizer with one of them")
+        tok.pad_token = tok.eos_token
     out = []
     try:
         with torch.inference_mode():
@@ -58,12 +63,11 @@ def generate_queries(model_name: str, docs: Sequence[Doc], *, max_new_tokens: in
                 prompts = [GENERATOR_PROMPT.format(document=f"{d.title}. {d.text}" if d.title else d.text)
                            for d in docs[i:i + batch_size]]
                 ids = tok(prompts, return_tensors="pt", return_token_type_ids=False, padding=True)
-                if tok.pad_token_id is None:  # padding needs an id; the mask keeps it out of attention
-                    ids["input_ids"][ids["attention_mask"] == 0] = pad
-                gen = lm.generate(**ids.to(device), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+                gen = lm.generate(**ids.to(device), max_new_tokens=max_new_tokens, do_sample=False,
+                                  pad_token_id=tok.pad_token_id)
                 out += [t.strip() for t in tok.batch_decode(gen[:, ids["input_ids"].shape[1]:], skip_special_tokens=True)]
     finally:
-        tok.padding_side = side
+        tok.padding_side, tok.pad_token = side, pad_token
     return out
 
 
