@@ -15,7 +15,8 @@ configfile: "configs/default.yaml"
 onstart:
     from harness import warm
 
-    write_resolved_config()  # workflow/rules/common.smk: a run whose flags read as a dry run wrote nothing yet
+    if not CONFIG_WRITTEN:  # workflow/rules/common.smk: a run whose flags read as a dry run wrote nothing yet
+        write_resolved_config()
     warm.precompile()  # the jobs read the package's bytecode instead of compiling it each
     warm.start()
     hwf.steady_scheduler(workflow)  # no spinning scheduler loop on a local run (snakemake#3744)

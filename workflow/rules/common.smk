@@ -42,7 +42,8 @@ def write_resolved_config():
 # config.yaml that a run going on in the same results tree reads. Snakemake tells a Snakefile nothing
 # of a dry run while it is read, so the command line says it; a real run whose flags read as one
 # still writes, before its first job (the Snakefile's onstart, not called in a dry run).
-if not hwf.dry_run_argv(sys.argv[1:]):
+CONFIG_WRITTEN = not hwf.dry_run_argv(sys.argv[1:])
+if CONFIG_WRITTEN:
     write_resolved_config()
 
 PUBLISHED = {p: hmatrix.published(p) for p in PAPERS}
