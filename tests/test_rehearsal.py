@@ -79,6 +79,28 @@ def test_config_source_builds_random_weights_of_the_configured_shape(tmp_path):
     assert len(bb.load_tokenizer(cfg, "b")) == model.config.vocab_size
 
 
+def test_a_backbone_without_an_mlm_head_gets_its_word_embeddings_as_a_tied_head_in_both_loaders(tmp_path):
+    """``has_mlm_head: false`` (all-MiniLM-L6-v2): load_mlm (VDR/SVDR) and load_lm (LightRetriever) give the
+    same head, the input embeddings as output projection behind an identity transform; load_mlm refused
+    such a backbone before, so a vocabulary-space method could not start from the strongest encoder."""
+    import json
+
+    import torch
+
+    shape = json.loads((bb.CONFIG_DIR / "bert-base-uncased.json").read_text())
+    shape.update(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64)
+    (tmp_path / "bert-1l.json").write_text(json.dumps(shape))
+    cfg = {"backbones": {"b": {"source": f"config:{tmp_path / 'bert-1l.json'}", "tokenizer": "wordpiece-uncased",
+                               "has_mlm_head": False}}}
+    for model in (bb.load_mlm(cfg, "b"), bb.load_lm(cfg, "b")):
+        head = model.cls.predictions
+        assert torch.equal(head.transform.dense.weight, torch.eye(32))
+        assert float(head.transform.dense.bias.abs().sum()) == 0.0
+        assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    cfg["backbones"]["b"]["has_mlm_head"] = True  # a shipped head is left as loaded (here: random)
+    assert not torch.equal(bb.load_mlm(cfg, "b").cls.predictions.transform.dense.weight, torch.eye(32))
+
+
 def test_config_source_refuses_a_model_that_does_not_fit_naming_what_it_needs(monkeypatch):
     from harness import cost
 

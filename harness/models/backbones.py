@@ -304,10 +304,12 @@ def tied_head(lm: Any) -> Any:
 
 
 def load_mlm(cfg: Mapping[str, Any], name: str):
-    """The backbone with its MLM head (vocabulary projection), for VDR/SVDR-style encoders."""
+    """The backbone with its MLM head (vocabulary projection), for VDR/SVDR-style encoders. A backbone
+    shipped without one (``has_mlm_head: false``) gets its word embeddings as the tied output projection
+    (:func:`tied_head`), as :func:`load_lm` gives it: the issue's "pretrained encoder with its word
+    embeddings as a tied output projection", the same for every method that reads a vocabulary head."""
     from transformers import AutoModelForMaskedLM
 
     path, spec = resolve(cfg, name)
-    if spec.get("has_mlm_head") is False:
-        raise ConfigError(f"backbone {name!r} has no MLM head (backbones.{name}.has_mlm_head: false)")
-    return _pretrained(AutoModelForMaskedLM, name, path, spec)
+    mlm = _pretrained(AutoModelForMaskedLM, name, path, spec)
+    return tied_head(mlm) if spec.get("has_mlm_head") is False else mlm
