@@ -256,6 +256,7 @@ def test_generated_queries_pipeline_with_a_random_tiny_causal_lm():
         tok.eos_token = None
         with pytest.raises(ConfigError, match="neither a padding nor an EOS token"):
             qcr.generate_queries("unused", docs, max_new_tokens=5, model=lm, tokenizer=tok)
+        assert tok.padding_side == "right"  # the refusal leaves the shared tokenizer as it was
     finally:
         tok.pad_token = pad
     assert "{document}" in qcr.GENERATOR_PROMPT and qcr.GENERATOR_PROMPT.startswith("You are an expert search engine")

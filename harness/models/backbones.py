@@ -306,8 +306,8 @@ def tied_head(lm: Any) -> Any:
 def load_mlm(cfg: Mapping[str, Any], name: str):
     """The backbone with its MLM head (vocabulary projection), for VDR/SVDR-style encoders. A backbone
     shipped without one (``has_mlm_head: false``) gets its word embeddings as the tied output projection
-    (:func:`tied_head`), as :func:`load_lm` gives it: the issue's "pretrained encoder with its word
-    embeddings as a tied output projection", the same for every method that reads a vocabulary head."""
+    (:func:`tied_head`), as :func:`load_lm` gives it, so every method that reads a vocabulary head
+    starts from the same one."""
     from transformers import AutoModelForMaskedLM
 
     path, spec = resolve(cfg, name)

@@ -50,11 +50,11 @@ def generate_queries(model_name: str, docs: Sequence[Doc], *, max_new_tokens: in
     lm = lm.to(device, dtype=torch.bfloat16) if device == "cuda" else lm.to(device)
     lm.eval()
     side, pad_token = tok.padding_side, tok.pad_token
+    if pad_token is None and tok.eos_token is None:  # checked before the tokenizer is touched
+        raise ConfigError(f"query generator {model_name}: its tokenizer has neither a padding nor an EOS token",
+                          fix="give methods.qcr.generator.model a tokenizer with one of them")
     tok.padding_side = "left"  # generation continues each prompt at its end
     if pad_token is None:  # a decoder's tokenizer often has none (Llama): pad with EOS, masked out of attention
-        if tok.eos_token is None:
-            raise ConfigError(f"query generator {model_name}: its tokenizer has neither a padding nor an EOS token",
-                              fix="give methods.qcr.generator.model a tokenizer with one of them")
         tok.pad_token = tok.eos_token
     out = []
     try:
