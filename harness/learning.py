@@ -13,8 +13,15 @@ Two parts, both recorded, both required:
 
 A model that fails either part "did not learn": every table cell fed by it (its systems, and any
 system whose search reads it, however indirectly) carries that status instead of a verdict against
-the paper, with the figures in its reason. ``python -m harness learning --config ...`` prints the
-check of every model.
+the paper, with the figures in its reason.
+
+Every other system of the twin search is compared with its own initial checkpoint the same way. A
+model can learn while one of its systems gets worse (VDR's full-vector search learns on small while
+its binary-query search falls below that of the untrained SPLADE checkpoint it starts from): a system
+significantly *below* its own start (one-sided, the other way) is "did not learn" too, in every cell
+it feeds on any dataset, since its figure shows what training cost, not what the method does. A system
+not significantly different from its start is reported, not marked (re-ranking BM25's top 5 cannot
+change Success@5). ``python -m harness learning --config ...`` prints the check of every model.
 """
 from __future__ import annotations
 
@@ -74,8 +81,9 @@ def _eval_file(cfg: Mapping[str, Any], job_id: str, dataset: str, system: str) -
 
 def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str) -> dict[str, Any]:
     """Trained ``system`` against its twin on ``dataset``: the measure, both means, the mean
-    difference with its 95 % paired bootstrap interval, the one-sided p-value, the number of
-    queries, and ``beats_init``; or ``{"missing": path}`` where an evaluation is not there yet."""
+    difference with its 95 % paired bootstrap interval, the one-sided p-value (trained better), the
+    number of queries, ``beats_init`` and ``below_init`` (significantly worse: the one-sided test the
+    other way); or ``{"missing": path}`` where an evaluation is not there yet."""
     import numpy as np
 
     from harness import stats
@@ -100,15 +108,18 @@ def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str) -> di
     lo, hi = stats.bootstrap_ci(a - b) if len(qids) >= 2 else (diff, diff)
     return {"dataset": dataset, "system": system, "measure": measure, "queries": len(qids),
             "trained": float(np.mean(a)) if qids else None, "init": float(np.mean(b)) if qids else None,
-            "diff": diff, "ci95": [lo, hi], "p_one_sided": p1, "alpha": alpha, "beats_init": bool(p1 < alpha and diff > 0)}
+            "diff": diff, "ci95": [lo, hi], "p_one_sided": p1, "alpha": alpha, "beats_init": bool(p1 < alpha and diff > 0),
+            "below_init": bool(1.0 - p1 < alpha and diff < 0)}
 
 
 def verdict(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     """The learning check of ``model``: ``loss`` (its meta.json's ``learning.loss``), ``init`` (one
-    comparison per dataset its twin was searched on; empty where the model is not checked against
-    its initial checkpoint), and ``learned``: False where a part failed, True where both passed,
-    None otherwise (a part missing, or a model the profile does not compare with its initial
-    checkpoint and whose loss fell)."""
+    comparison per dataset its twin was searched on, its first system's, each with ``primary``
+    True; empty where the model is not checked against its initial checkpoint), ``systems`` (the
+    comparisons of the twin search's other systems), and ``learned``: False where a part failed,
+    True where both passed, None otherwise (a part missing, or a model the profile does not compare
+    with its initial checkpoint and whose loss fell). ``learned`` reads the first systems only; a
+    later system below its start marks its own cells (:func:`cell_status`)."""
     from harness import plan as hplan
     from harness.io import read_json
 
@@ -118,25 +129,36 @@ def verdict(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     meta = folder / "meta.json"
     loss = (read_json(meta).get("learning") or {}).get("loss") if meta.exists() else None
     loss = loss or loss_check(folder)  # a model written before the check was recorded in meta.json
-    comps = [compare(cfg, model, str(j.dataset), j.systems[0]) for j in twin_searches(cfg, model) if j.systems]
+    comps, others = [], []
+    for j in twin_searches(cfg, model):
+        for i, s in enumerate(j.systems):
+            (others if i else comps).append({**compare(cfg, model, str(j.dataset), s), "primary": i == 0})
     parts = ([loss["fell"]] if loss else []) + [c["beats_init"] for c in comps if "missing" not in c]
     complete = loss is not None and bool(comps) and not any("missing" in c for c in comps)
     learned = False if not all(parts) else (True if complete else None)
-    return {"model": model, "loss": loss, "init": comps, "learned": learned}
+    return {"model": model, "loss": loss, "init": comps, "systems": others, "learned": learned}
 
 
-def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[str]:
-    """The models whose weights a system's values depend on: those its search job reads, directly,
-    through an index, or through another system's run (a fusion, a re-ranking), not the teachers or
-    base models they were trained from (each model has its own check); for a figure of a measure job,
-    which reads several models, the model its name carries (``qcr.noent-usage-docs``: qcr.noent)."""
+def _read(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """``model``'s verdict, read once per plan."""
+    memo = _cache(_plan(cfg))["verdicts"]
+    if model not in memo:
+        memo[model] = verdict(cfg, model)
+    return memo[model]
+
+
+def _feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> tuple[set[str], set[str]]:
+    """The models and the systems a cell's values depend on (:func:`models_feeding`): the cell's own
+    system and every system whose run its search reads, however indirectly."""
     p = _plan(cfg)
     job = p.systems().get((system, dataset))
     todo = [job] if job is not None else p.metric_jobs(system, dataset)  # a measure job's figure: its inputs
-    seen, models = set(), set()
+    seen, models, systems = set(), set(), {system}
     while todo:
         j = todo.pop()
         for ref in j.inputs.values():
+            if ref.kind == "system":
+                systems.add(str(ref.id))
             ref = p.run_of(ref)
             if ref.kind == "model":
                 models.add(str(ref.id))
@@ -148,21 +170,33 @@ def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[st
     if job is None:  # a measure job reads several models: a figure is fed by the one its name carries
         named = sorted((m for m in models if system == m or system.startswith((m + ".", m + "-"))), key=len)
         models = set(named[-1:]) or models
-    return sorted(models)
+    return models, systems
+
+
+def models_feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> list[str]:
+    """The models whose weights a system's values depend on: those its search job reads, directly,
+    through an index, or through another system's run (a fusion, a re-ranking), not the teachers or
+    base models they were trained from (each model has its own check); for a figure of a measure job,
+    which reads several models, the model its name carries (``qcr.noent-usage-docs``: qcr.noent)."""
+    return sorted(_feeding(cfg, system, dataset)[0])
 
 
 def cell_status(cfg: Mapping[str, Any], system: str, dataset: str, unit: str | None = None) -> tuple[str, str] | None:
-    """``("did not learn", why)`` where a model feeding ``system`` on ``dataset`` failed its check
-    and a figure in ``unit`` depends on it (:func:`applies`); each model's verdict is read once per plan."""
+    """``("did not learn", why)`` where a figure in ``unit`` (:func:`applies`) depends on a model
+    that failed its check, or on a system of a model's twin search that training made significantly
+    worse than its initial checkpoint (on the dataset the twin searched); each model's verdict is
+    read once per plan."""
     if not applies(unit):
         return None
-    memo = _cache(_plan(cfg))["verdicts"]
-    for model in models_feeding(cfg, system, dataset):
-        if model not in memo:
-            memo[model] = verdict(cfg, model)
-        v = memo[model]
+    models, systems = _feeding(cfg, system, dataset)
+    for model in sorted(models):
+        v = _read(cfg, model)
         if v["learned"] is False:
             return STATUS, f"model {model} did not learn: {describe(v)}"
+        below = [c for c in v.get("systems", []) if c.get("below_init") and c["system"] in systems]
+        if below:
+            return STATUS, (f"{below[0]['system']} is worse than {model}'s initial checkpoint: "
+                            + "; ".join(_comparison(c) for c in below))
     return None
 
 
@@ -177,20 +211,26 @@ def required(cfg: Mapping[str, Any], system: str, dataset: str) -> list[Path]:
     return out
 
 
+def _comparison(c: Mapping[str, Any]) -> str:
+    if "missing" in c:
+        return f"no comparison yet ({c['missing']})"
+    below = bool(c.get("below_init"))
+    p = f"p (worse) {1.0 - c['p_one_sided']:.3g}" if below else f"p {c['p_one_sided']:.3g}"
+    note = "" if c["beats_init"] or below else " (not significantly better)"
+    return (f"{c['system']} {c['measure']} on {c['dataset']} {c['trained']:.3f} vs initial {c['init']:.3f}, "
+            f"diff {c['diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], {p}, {c['queries']} queries" + note)
+
+
 def describe(v: Mapping[str, Any]) -> str:
-    """One line: the loss and each comparison with the initial checkpoint."""
+    """One line: the loss, each first system's comparison with the initial checkpoint, and any other
+    system below its start."""
     bits = []
     loss = v.get("loss")
     if loss:
         bits.append(f"loss {loss['first']:.3g} -> {loss['last']:.3g} over {loss['steps']} steps"
                     + ("" if loss["fell"] else " (did not fall)"))
-    for c in v.get("init", []):
-        if "missing" in c:
-            bits.append(f"no comparison yet ({c['missing']})")
-            continue
-        bits.append(f"{c['system']} {c['measure']} on {c['dataset']} {c['trained']:.3f} vs initial {c['init']:.3f}, "
-                    f"diff {c['diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], p {c['p_one_sided']:.3g}, "
-                    f"{c['queries']} queries" + ("" if c["beats_init"] else " (not significantly better)"))
+    bits += [_comparison(c) for c in v.get("init", [])]
+    bits += [_comparison(c) for c in v.get("systems", []) if c.get("below_init")]
     return "; ".join(bits) or "no loss log and no comparison"
 
 
@@ -225,24 +265,35 @@ def verdict_word(v: Mapping[str, Any]) -> str:
     return "loss fell; not compared with its initial checkpoint" if not v["init"] and v["loss"] else "not checked"
 
 
-CSV_FIELDS = ("model", "verdict", "loss_steps", "loss_first", "loss_last", "loss_fell", "dataset", "system", "measure",
-              "queries", "trained", "initial", "difference", "ci_low", "ci_high", "p_one_sided", "beats_initial")
+CSV_FIELDS = ("model", "verdict", "loss_steps", "loss_first", "loss_last", "loss_fell", "dataset", "system", "primary",
+              "measure", "queries", "trained", "initial", "difference", "ci_low", "ci_high", "p_one_sided",
+              "beats_initial", "below_initial", "system_check")
+
+
+def system_check(c: Mapping[str, Any]) -> str:
+    """A comparison in words: beats its start / no different / below its start (did not learn)."""
+    if not c or "missing" in c:
+        return ""
+    return ("beats its start" if c["beats_init"] else f"below its start: {STATUS}" if c.get("below_init")
+            else "not significantly different from its start")
 
 
 def rows(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per model and comparison (one per model without a comparison): the CSV the rule writes."""
+    """One row per model and comparison, first systems first (one per model without a comparison):
+    the CSV the rule writes."""
     out = []
     for v in verdicts(cfg):
         loss = v["loss"] or {}
         base = {"model": v["model"], "verdict": verdict_word(v), "loss_steps": loss.get("steps", ""),
                 "loss_first": loss.get("first", ""), "loss_last": loss.get("last", ""), "loss_fell": loss.get("fell", "")}
-        for c in v["init"] or [{}]:
+        for c in (v["init"] + v.get("systems", [])) or [{}]:
             full = "missing" not in c and bool(c)
             out.append({**base, "dataset": c.get("dataset", ""), "system": c.get("system", ""),
-                        "measure": c.get("measure", ""), "queries": c.get("queries", ""),
+                        "primary": c.get("primary", ""), "measure": c.get("measure", ""), "queries": c.get("queries", ""),
                         "trained": c.get("trained", ""), "initial": c.get("init", ""), "difference": c.get("diff", ""),
                         "ci_low": c["ci95"][0] if full else "", "ci_high": c["ci95"][1] if full else "",
-                        "p_one_sided": c.get("p_one_sided", ""), "beats_initial": c.get("beats_init", "")})
+                        "p_one_sided": c.get("p_one_sided", ""), "beats_initial": c.get("beats_init", ""),
+                        "below_initial": c.get("below_init", ""), "system_check": system_check(c)})
     return out
 
 

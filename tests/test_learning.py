@@ -112,10 +112,7 @@ def test_loss_check_reads_the_first_and_last_tenth(tmp_path):
 
 
 def _eval(cfg, job_id: str, system: str, per_query: dict[str, float], measure: str = "Success@5") -> None:
-    folder = hp.path(cfg, hp.Ref("eval", job_id, "smoke"))
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / f"{system}.json", {"measures": {measure: sum(per_query.values()) / len(per_query)}})
-    write_per_query(folder / f"{system}{PER_QUERY_SUFFIX}", {q: {measure: v} for q, v in per_query.items()})
+    _eval_at(cfg, job_id, "smoke", system, per_query, measure)
 
 
 @pytest.fixture
@@ -197,11 +194,66 @@ def test_the_learning_command_writes_one_row_per_comparison(tiny, tmp_path):
     assert learning.main(["--config", str(tmp_path / "cfg.yaml"), "--out", str(tmp_path / "l.csv")]) == 0
     rows = list(_csv.DictReader(open(tmp_path / "l.csv", encoding="utf-8")))
     dpr = [r for r in rows if r["model"] == "dpr"]
-    assert [r["dataset"] for r in dpr] == ["smoke"] and dpr[0]["beats_initial"] == "True"  # its training set only
+    assert {r["dataset"] for r in dpr} == {"smoke"} and dpr[0]["beats_initial"] == "True"  # its training set only
+    assert [r["system"] for r in dpr] == ["dpr", "dpr.bm25-m5", "dpr.bm25-m10", "dpr.bm25-m20", "dpr.bm25-m100"]
+    assert [r["primary"] for r in dpr] == ["True"] + ["False"] * 4 and dpr[0]["system_check"] == "beats its start"
+    assert {r["system_check"] for r in dpr[1:]} == {""}  # not evaluated here: no comparison, no word
     assert dpr[0]["verdict"] == "learned" and float(dpr[0]["ci_low"]) > 0
     assert {r["verdict"] for r in rows if r["model"] == "svdr"} == {"not checked"}  # nothing evaluated yet
     assert {r["verdict"] for r in rows if r["model"] == "bm25"} == set()  # BM25 is not trained
     assert not [r for r in rows if r["model"] == "svdr.abl-m1"]  # neither trained here nor checked
+
+
+def _eval_at(cfg, job_id: str, dataset: str, system: str, per_query: dict[str, float], measure: str) -> None:
+    """An evaluation of ``system`` by job ``job_id`` on ``dataset``: its means and per-query values."""
+    folder = hp.path(cfg, hp.Ref("eval", job_id, dataset))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / f"{system}.json", {"measures": {measure: sum(per_query.values()) / len(per_query)}})
+    write_per_query(folder / f"{system}{PER_QUERY_SUFFIX}", {q: {measure: v} for q, v in per_query.items()})
+
+
+def test_a_system_that_training_made_worse_than_its_start_did_not_learn(tmp_path):
+    """LightRetriever learns (its first system, light dense, beats its initial checkpoint) while its
+    sparse side falls below its own start (as VDR's beta search did on small): the sparse cells, and
+    the hybrid that fuses the sparse run, are "did not learn"; light dense and the full-size base
+    (no different from its start) are not marked; the CSV says which system is which."""
+    import csv as _csv
+
+    from harness.config import dump
+
+    cfg = load_config(overrides={"results_dir": str(tmp_path)})
+    model = hp.path(cfg, hp.Ref("model", "lightretriever"))
+    model.mkdir(parents=True)
+    write_json(model / "meta.json", {"learning": {"loss": {"first": 2.0, "last": 0.5, "steps": 96, "fell": True}}})
+    (twin,) = learning.twin_searches(cfg, "lightretriever")
+    qs = [f"q{i}" for i in range(40)]
+    hi, lo = {q: 1.0 if i % 4 else 0.0 for i, q in enumerate(qs)}, {q: 1.0 if i % 4 == 0 else 0.0 for i, q in enumerate(qs)}
+    for system, trained, init in (("lightretriever", hi, lo), ("lightretriever.sparse", lo, hi),
+                                  ("lightretriever.base", hi, hi)):
+        _eval_at(cfg, "lightretriever", twin.dataset, system, trained, "nDCG@10")
+        _eval_at(cfg, twin.id, twin.dataset, system, init, "nDCG@10")
+    v = learning.verdict(cfg, "lightretriever")
+    assert v["learned"] is True and [c["system"] for c in v["init"]] == ["lightretriever"]
+    by = {c["system"]: c for c in v["systems"] if "missing" not in c}
+    assert by["lightretriever.sparse"]["below_init"] and not by["lightretriever.sparse"]["beats_init"]
+    assert not by["lightretriever.base"]["below_init"] and not by["lightretriever.base"]["beats_init"]
+    for system, dataset in (("lightretriever.sparse", twin.dataset), ("lightretriever.hybrid", "smoke-ir")):
+        status = learning.cell_status(cfg, system, dataset)
+        assert status is not None and status[0] == learning.STATUS, system
+        assert "lightretriever.sparse is worse than lightretriever's initial checkpoint" in status[1]
+        assert "p (worse) " in status[1] and "-0.500" in status[1]
+    assert learning.cell_status(cfg, "lightretriever.sparse", dataset, "ms") is None  # a time: not a result of learning
+    for system in ("lightretriever", "lightretriever.base"):
+        assert learning.cell_status(cfg, system, twin.dataset) is None, system
+    assert "lightretriever.sparse" in learning.describe(v) and "lightretriever.base" not in learning.describe(v)
+    dump(cfg, tmp_path / "cfg.yaml")
+    assert learning.main(["--config", str(tmp_path / "cfg.yaml"), "--out", str(tmp_path / "l.csv")]) == 0
+    rows = {r["system"]: r for r in _csv.DictReader(open(tmp_path / "l.csv", encoding="utf-8"))
+            if r["model"] == "lightretriever"}
+    assert rows["lightretriever"]["verdict"] == "learned" and rows["lightretriever"]["primary"] == "True"
+    assert rows["lightretriever.sparse"]["system_check"] == "below its start: did not learn"
+    assert rows["lightretriever.sparse"]["below_initial"] == "True"
+    assert rows["lightretriever.base"]["system_check"] == "not significantly different from its start"
 
 
 def test_a_claim_on_a_model_that_did_not_learn_is_no_evidence(tiny):

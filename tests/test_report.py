@@ -311,7 +311,12 @@ def test_learning_page_lists_each_models_check(profile, tmp_path):
             {"model": "densephrases", "verdict": "did not learn", "loss_steps": "20", "loss_first": "66.6",
              "loss_last": "24.3", "loss_fell": "True", "dataset": "smoke", "system": "densephrases",
              "measure": "nDCG@10", "queries": "63", "trained": "0.426", "initial": "0.514", "difference": "-0.088",
-             "ci_low": "-0.184", "ci_high": "0.001", "p_one_sided": "0.962", "beats_initial": "False"}]
+             "ci_low": "-0.184", "ci_high": "0.001", "p_one_sided": "0.962", "beats_initial": "False"},
+            {"model": "vdr", "verdict": "learned", "loss_steps": "96", "loss_first": "3.1", "loss_last": "1.2",
+             "loss_fell": "True", "dataset": "smoke", "system": "vdr.beta", "primary": "False", "measure": "Success@5",
+             "queries": "63", "trained": "0.330", "initial": "0.796", "difference": "-0.466", "ci_low": "-0.488",
+             "ci_high": "-0.444", "p_one_sided": "0.9999", "beats_initial": "False", "below_initial": "True",
+             "system_check": "below its start: did not learn"}]
     (tmp_path / "learning").mkdir()
     with open(tmp_path / "learning" / "smoke.csv", "w", encoding="utf-8", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
@@ -321,6 +326,8 @@ def test_learning_page_lists_each_models_check(profile, tmp_path):
     page = (tmp_path / "site" / "learning.html").read_text(encoding="utf-8")
     assert "<span class='status nolearn'>did not learn</span>" in page and "-0.088 [-0.184, +0.001]" in page
     assert "5.7 → 0.6 (96)" in page and "+0.549 [+0.439, +0.654]" in page
+    # a system below its start, under a model that learned: its own row says so
+    assert "<td>vdr.beta</td>" in page and "<span class='status nolearn'>did not learn</span> below its start</td>" in page
     assert "learning.html" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")  # the nav links it
 
 

@@ -260,7 +260,8 @@ class Site:
                 "near / outside the tolerance of the published value on the paper's own dataset; stand-in: measured on a "
                 "substitute dataset; projected: scaled from a measured fraction; did not learn: a model behind the cell failed "
                 "its learning check (its loss did not fall, or it did not beat its own initial checkpoint by a significant "
-                "paired margin: harness/learning.py), so the value is no result; not run: the reason is on the table page.</p>"]
+                "paired margin), or training made the cell's system significantly worse than its initial checkpoint "
+                "(harness/learning.py), so the value is no result; not run: the reason is on the table page.</p>"]
         for paper, doc in self.papers:
             body.append(f"<h2 id='{esc(paper)}'>{esc(paper.upper())}: {esc(doc['title'])}</h2>")
             body.append("<table><tr><th>table</th><th>title</th>" + "".join(
@@ -468,15 +469,22 @@ class Site:
                 "initial checkpoint (the same architecture and code, learning rate 0, searched by the same job on "
                 "the same queries) by a significant paired margin (one-sided sign-flip permutation test; the 95% "
                 "bootstrap interval of the mean per-query difference). A model that fails is "
-                + status_span("did not learn") + " in every table cell it feeds (harness/learning.py).</p>"]
+                + status_span("did not learn") + " in every table cell it feeds (harness/learning.py). The twin "
+                "search's other systems are compared with their own start the same way: one that training made "
+                "significantly worse is " + status_span("did not learn") + " in the cells it feeds, though its model "
+                "learned.</p>"]
         cls = {"learned": "ok", "did not learn": "nolearn"}
+
+        def check(words: str) -> str:  # harness.learning.system_check: a system below its start did not learn
+            return status_span("did not learn") + " " + esc(words.split(":")[0]) if words.endswith("did not learn") else esc(words)
         for p in self.profiles:
             rows = self.learning.get(p)
             if not rows:
                 continue
             body.append(f"<h2>Profile <code>{esc(p)}</code></h2><table class='learning'><tr><th>model</th>"
                         "<th>verdict</th><th>loss first → last (steps)</th><th>dataset</th><th>system</th><th>measure</th>"
-                        "<th>trained</th><th>initial</th><th>difference [95% CI]</th><th>p (one-sided)</th><th>n</th></tr>")
+                        "<th>trained</th><th>initial</th><th>difference [95% CI]</th><th>p (one-sided)</th><th>n</th>"
+                        "<th>this system</th></tr>")
             for r in rows:
                 loss = (f"{float(r['loss_first']):.3g} → {float(r['loss_last']):.3g} ({r['loss_steps']})"
                         if r.get("loss_first") not in (None, "") else "—")
@@ -488,7 +496,8 @@ class Site:
                             f"<span class='status {cls.get(r['verdict'], 'text')}'>{esc(r['verdict'])}</span></td>"
                             f"<td>{esc(loss)}</td><td>{esc(r.get('dataset'))}</td><td>{esc(r.get('system'))}</td>"
                             f"<td>{esc(r.get('measure'))}</td><td>{num('trained')}</td><td>{num('initial')}</td>"
-                            f"<td>{esc(ci)}</td><td>{esc(pv)}</td><td>{esc(r.get('queries'))}</td></tr>")
+                            f"<td>{esc(ci)}</td><td>{esc(pv)}</td><td>{esc(r.get('queries'))}</td>"
+                            f"<td>{check(r.get('system_check') or '')}</td></tr>")
             body.append("</table>")
         if len(body) == 1:
             body.append("<p>No learning check was run (results/learning/&lt;profile&gt;.csv is missing).</p>")

@@ -191,7 +191,8 @@ def markdown_text(rec: Mapping[str, Any], frame: Any) -> str:
     out.append("Status: OK / OKish / FAIL = within / near / outside the tolerance of the published value on the "
                "paper's own dataset; stand-in = measured on a substitute dataset (difference not comparable); "
                "projected = scaled from a measured fraction (e.g. timed batches times the test set), not measured whole; "
-               "did not learn = a model behind the cell failed its learning check (harness/learning.py): no result.")
+               "did not learn = a model behind the cell failed its learning check, or training made the cell's system "
+               "significantly worse than its initial checkpoint (harness/learning.py): no result.")
     if reasons:
         out.append("")
         out.append("Not run:")
