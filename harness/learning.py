@@ -60,7 +60,7 @@ def _cache(p: Any) -> dict[str, Any]:
         for j in p.concrete("search"):
             if "learning_twin_of" in j.params:
                 twins.setdefault(j.params["learning_twin_of"], []).append(j)
-        memo = p._learning = {"twins": twins, "verdicts": {}}
+        memo = p._learning = {"twins": twins, "verdicts": {}, "systems": {}}
     return memo
 
 
@@ -112,14 +112,15 @@ def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str) -> di
             "below_init": bool(1.0 - p1 < alpha and diff < 0)}
 
 
-def verdict(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
+def verdict(cfg: Mapping[str, Any], model: str, others: bool = True) -> dict[str, Any]:
     """The learning check of ``model``: ``loss`` (its meta.json's ``learning.loss``), ``init`` (one
     comparison per dataset its twin was searched on, its first system's, each with ``primary``
     True; empty where the model is not checked against its initial checkpoint), ``systems`` (the
     comparisons of the twin search's other systems), and ``learned``: False where a part failed,
     True where both passed, None otherwise (a part missing, or a model the profile does not compare
     with its initial checkpoint and whose loss fell). ``learned`` reads the first systems only; a
-    later system below its start marks its own cells (:func:`cell_status`)."""
+    later system below its start marks its own cells (:func:`cell_status`). ``others=False`` leaves
+    ``systems`` empty (each comparison is a 10,000-resample test: a table asks only for its own)."""
     from harness import plan as hplan
     from harness.io import read_json
 
@@ -129,22 +130,38 @@ def verdict(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     meta = folder / "meta.json"
     loss = (read_json(meta).get("learning") or {}).get("loss") if meta.exists() else None
     loss = loss or loss_check(folder)  # a model written before the check was recorded in meta.json
-    comps, others = [], []
+    comps, rest = [], []
     for j in twin_searches(cfg, model):
-        for i, s in enumerate(j.systems):
-            (others if i else comps).append({**compare(cfg, model, str(j.dataset), s), "primary": i == 0})
+        for i, s in enumerate(j.systems if others else j.systems[:1]):
+            (rest if i else comps).append({**compare(cfg, model, str(j.dataset), s), "primary": i == 0})
     parts = ([loss["fell"]] if loss else []) + [c["beats_init"] for c in comps if "missing" not in c]
     complete = loss is not None and bool(comps) and not any("missing" in c for c in comps)
     learned = False if not all(parts) else (True if complete else None)
-    return {"model": model, "loss": loss, "init": comps, "systems": others, "learned": learned}
+    return {"model": model, "loss": loss, "init": comps, "systems": rest, "learned": learned}
 
 
 def _read(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """``model``'s verdict, read once per plan."""
+    """``model``'s verdict on its first systems, read once per plan."""
     memo = _cache(_plan(cfg))["verdicts"]
     if model not in memo:
-        memo[model] = verdict(cfg, model)
+        memo[model] = verdict(cfg, model, others=False)
     return memo[model]
+
+
+def _below(cfg: Mapping[str, Any], model: str, systems: set[str]) -> list[dict[str, Any]]:
+    """The comparisons of ``model``'s later twin systems among ``systems`` that are below their
+    start; each comparison is computed once per plan, and only where a cell reads its system."""
+    memo = _cache(_plan(cfg))["systems"]
+    out = []
+    for j in twin_searches(cfg, model):
+        for s in j.systems[1:]:
+            if s in systems:
+                key = (model, str(j.dataset), s)
+                if key not in memo:
+                    memo[key] = compare(cfg, model, str(j.dataset), s)
+                if memo[key].get("below_init"):
+                    out.append(memo[key])
+    return out
 
 
 def _feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> tuple[set[str], set[str]]:
@@ -193,7 +210,7 @@ def cell_status(cfg: Mapping[str, Any], system: str, dataset: str, unit: str | N
         v = _read(cfg, model)
         if v["learned"] is False:
             return STATUS, f"model {model} did not learn: {describe(v)}"
-        below = [c for c in v.get("systems", []) if c.get("below_init") and c["system"] in systems]
+        below = _below(cfg, model, systems)
         if below:
             return STATUS, (f"{below[0]['system']} is worse than {model}'s initial checkpoint: "
                             + "; ".join(_comparison(c) for c in below))
