@@ -60,7 +60,7 @@ def _cache(p: Any) -> dict[str, Any]:
         for j in p.concrete("search"):
             if "learning_twin_of" in j.params:
                 twins.setdefault(j.params["learning_twin_of"], []).append(j)
-        memo = p._learning = {"twins": twins, "verdicts": {}, "systems": {}}
+        memo = p._learning = {"twins": twins, "verdicts": {}, "comparisons": {}}
     return memo
 
 
@@ -133,7 +133,7 @@ def verdict(cfg: Mapping[str, Any], model: str, others: bool = True) -> dict[str
     comps, rest = [], []
     for j in twin_searches(cfg, model):
         for i, s in enumerate(j.systems if others else j.systems[:1]):
-            (rest if i else comps).append({**compare(cfg, model, str(j.dataset), s), "primary": i == 0})
+            (rest if i else comps).append({**_compared(cfg, model, str(j.dataset), s), "primary": i == 0})
     parts = ([loss["fell"]] if loss else []) + [c["beats_init"] for c in comps if "missing" not in c]
     complete = loss is not None and bool(comps) and not any("missing" in c for c in comps)
     learned = False if not all(parts) else (True if complete else None)
@@ -148,20 +148,20 @@ def _read(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     return memo[model]
 
 
+def _compared(cfg: Mapping[str, Any], model: str, dataset: str, system: str) -> dict[str, Any]:
+    """:func:`compare`, computed once per plan (each is a 10,000-resample test)."""
+    memo = _cache(_plan(cfg))["comparisons"]
+    key = (model, dataset, system)
+    if key not in memo:
+        memo[key] = compare(cfg, model, dataset, system)
+    return memo[key]
+
+
 def _below(cfg: Mapping[str, Any], model: str, systems: set[str]) -> list[dict[str, Any]]:
     """The comparisons of ``model``'s later twin systems among ``systems`` that are below their
-    start; each comparison is computed once per plan, and only where a cell reads its system."""
-    memo = _cache(_plan(cfg))["systems"]
-    out = []
-    for j in twin_searches(cfg, model):
-        for s in j.systems[1:]:
-            if s in systems:
-                key = (model, str(j.dataset), s)
-                if key not in memo:
-                    memo[key] = compare(cfg, model, str(j.dataset), s)
-                if memo[key].get("below_init"):
-                    out.append(memo[key])
-    return out
+    start, computed only where a cell reads their system."""
+    return [c for j in twin_searches(cfg, model) for s in j.systems[1:] if s in systems
+            for c in [_compared(cfg, model, str(j.dataset), s)] if c.get("below_init")]
 
 
 def _feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> tuple[set[str], set[str]]:

@@ -475,8 +475,9 @@ class Site:
                 "learned.</p>"]
         cls = {"learned": "ok", "did not learn": "nolearn"}
 
-        def check(words: str) -> str:  # harness.learning.system_check: a system below its start did not learn
-            return status_span("did not learn") + " " + esc(words.split(":")[0]) if words.endswith("did not learn") else esc(words)
+        def check(r: Mapping[str, Any]) -> str:  # harness.learning.system_check: a system below its start did not learn
+            return (status_span("did not learn") + " below its start" if r.get("below_initial") == "True"
+                    else esc(r.get("system_check") or ""))
         for p in self.profiles:
             rows = self.learning.get(p)
             if not rows:
@@ -497,7 +498,7 @@ class Site:
                             f"<td>{esc(loss)}</td><td>{esc(r.get('dataset'))}</td><td>{esc(r.get('system'))}</td>"
                             f"<td>{esc(r.get('measure'))}</td><td>{num('trained')}</td><td>{num('initial')}</td>"
                             f"<td>{esc(ci)}</td><td>{esc(pv)}</td><td>{esc(r.get('queries'))}</td>"
-                            f"<td>{check(r.get('system_check') or '')}</td></tr>")
+                            f"<td>{check(r)}</td></tr>")
             body.append("</table>")
         if len(body) == 1:
             body.append("<p>No learning check was run (results/learning/&lt;profile&gt;.csv is missing).</p>")
