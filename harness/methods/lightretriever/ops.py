@@ -39,9 +39,10 @@ _BACKWARD_BUDGET = 1 << 24
 class _ProjectionMax(torch.autograd.Function):
     """Fused ``max_t(hidden @ weight.T + bias)`` (Algorithm 1 of the paper, App. A.5).
 
-    Forward: one matmul per chunk of positions over augmented operands, ``[h, 1, m] @ [W, b, 1].T``
-    with ``m = 0`` at kept positions and ``_MASKED`` at masked ones, so the bias and the mask cost no
-    extra pass over the ``[B, chunk, V]`` logits; the running max and its position are kept.
+    Forward: per chunk of positions, ``linear(h, W, b)`` (the bias inside the matmul) plus ``m``, 0 at
+    kept positions and ``_MASKED`` at masked ones; the running max and its position are kept. (An
+    augmented ``[h, 1, m] @ [W, b, 1].T`` would fold ``m`` into the matmul, but copies the V x H weight
+    on every call: 1 GB at Llama's vocabulary, more than the mask's pass over ``[B, chunk, V]``.)
     Backward: only the (b, v) with a nonzero upstream gradient contribute (after ReLU and FLOPS
     training most do not): grad_h[b, arg[b, v]] += g[b, v] W[v] and grad_W[v] += g[b, v] h[b, arg[b, v]]
     by ``index_add_`` over those pairs, in blocks of ``_BACKWARD_BUDGET`` elements."""
@@ -59,15 +60,14 @@ class _ProjectionMax(torch.autograd.Function):
             return torch.where(valid, best, torch.zeros_like(best))
         best = hidden.new_full((B, V), float("-inf"))
         arg = torch.zeros((B, V), dtype=torch.int64, device=hidden.device)
-        ones = hidden.new_ones((B, T, 1))
-        m = hidden.new_zeros((B, T, 1))
+        m = None
         if mask is not None:
-            m = m.masked_fill(~mask.to(device=hidden.device, dtype=torch.bool)[..., None], _MASKED)
-        h_aug = torch.cat([hidden, ones, m], dim=-1)                       # [B, T, H + 2]
-        b = bias if bias is not None else weight.new_zeros(V)
-        w_aug = torch.cat([weight, b[:, None], weight.new_ones((V, 1))], dim=-1).T.contiguous()   # [H + 2, V]
+            m = hidden.new_zeros((B, T, 1)).masked_fill(
+                ~mask.to(device=hidden.device, dtype=torch.bool)[..., None], _MASKED)
         for s in range(0, T, chunk):
-            logits = h_aug[:, s : s + chunk] @ w_aug                       # [B, c, V]
+            logits = torch.nn.functional.linear(hidden[:, s : s + chunk], weight, bias)   # [B, c, V]
+            if m is not None:
+                logits = logits + m[:, s : s + chunk].to(logits.dtype)
             cmax, carg = logits.max(dim=1)
             better = cmax > best
             best = torch.where(better, cmax, best)
