@@ -153,6 +153,13 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (oneDNN's probe: AVX512-BF16 or AMX, not capped below)."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def _accelerator(ts: TrainSettings, device: str):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
@@ -164,6 +171,13 @@ def _accelerator(ts: TrainSettings, device: str):
         if not fallback("precision fp16 -> fp32: fp16 needs device cuda"):
             raise ConfigError("precision: fp16 needs device: cuda", fix="use precision: bf16 or fp32 on the CPU")
         precision = "fp32"
+    if precision == "bf16" and device != "cuda" and not cpu_has_bf16():
+        from harness.cost import fallback
+
+        # without AVX512-BF16/AMX (an AVX2 CPU, or oneDNN capped at AVX2) a bf16 matmul is emulated: a
+        # Llama-shaped linear took 4.5x its fp32 time; where the job may fall back (the rehearsal), fp32
+        if fallback("precision bf16 -> fp32: this CPU has no bf16 matmul (oneDNN)"):
+            precision = "fp32"
     # accelerate keeps its state in process-wide singletons; each run sets its own device/precision
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()

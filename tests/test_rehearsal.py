@@ -186,6 +186,25 @@ def test_device_fallback_runs_on_the_cpu_and_records_it_or_fails_naming_the_sett
     assert cost.fallbacks() == []
 
 
+def test_bf16_on_a_cpu_without_bf16_matmul_falls_back_to_fp32_only_where_allowed(monkeypatch):
+    """A bf16 job on a CPU that emulates bf16 matmuls (no AVX512-BF16/AMX) trains in fp32 where the job
+    may fall back (the rehearsal), recorded; otherwise it keeps bf16; a CPU with bf16 keeps it."""
+    from harness import cost
+    from harness import train as loop
+
+    ts = loop.TrainSettings(epochs=1, batch_size=1, lr=1e-3, precision="bf16")
+    monkeypatch.setattr(loop, "cpu_has_bf16", lambda: False)
+    cost.allow_fallbacks(True)
+    assert loop._accelerator(ts, "cpu").mixed_precision == "no"
+    assert cost.fallbacks() == ["precision bf16 -> fp32: this CPU has no bf16 matmul (oneDNN)"]
+    cost.allow_fallbacks(False)
+    assert loop._accelerator(ts, "cpu").mixed_precision == "bf16" and cost.fallbacks() == []
+    monkeypatch.setattr(loop, "cpu_has_bf16", lambda: True)
+    cost.allow_fallbacks(True)
+    assert loop._accelerator(ts, "cpu").mixed_precision == "bf16" and cost.fallbacks() == []
+    cost.allow_fallbacks(False)
+
+
 def test_a_job_too_large_for_the_machine_fails_naming_its_memory():
     import torch
 
