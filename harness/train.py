@@ -164,16 +164,14 @@ def _accelerator(ts: TrainSettings, device: str):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
+    from harness.cost import fallback
+
     precision = ts.precision
     if precision == "fp16" and device != "cuda":
-        from harness.cost import fallback
-
         if not fallback("precision fp16 -> fp32: fp16 needs device cuda"):
             raise ConfigError("precision: fp16 needs device: cuda", fix="use precision: bf16 or fp32 on the CPU")
         precision = "fp32"
     if precision == "bf16" and device != "cuda" and not cpu_has_bf16():
-        from harness.cost import fallback
-
         # without AVX512-BF16/AMX (an AVX2 CPU, or oneDNN capped at AVX2) a bf16 matmul is emulated: a
         # Llama-shaped linear took 4.5x its fp32 time; where the job may fall back (the rehearsal), fp32
         if fallback("precision bf16 -> fp32: this CPU has no bf16 matmul (oneDNN)"):
