@@ -53,7 +53,6 @@ def test_all_checks_the_variants_too():
     assert ("train", "qcr.kmeans@init", None) not in p.jobs  # not trained through the loop
 
 
-
 def test_small_checks_every_searched_model_and_ci_its_main_ones(monkeypatch):
     """small (learning.check: all) gives every model trained through the loop and searched its twin;
     the ci overlay keeps main (it trains no variant; its budget stays as it was)."""
@@ -67,6 +66,7 @@ def test_small_checks_every_searched_model_and_ci_its_main_ones(monkeypatch):
     ci = _plan(load_config(["configs/profiles/small.yaml", "configs/profiles/ci.yaml"]))
     ci_twins = {j.params["learning_twin_of"] for j in ci.jobs.values() if "learning_twin_of" in j.params}
     assert ci_twins and all(t == ci.jobs[("train", t, None)].method for t in ci_twins)
+
 
 def _toy(seed: int = 0):
     import torch

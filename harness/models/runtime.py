@@ -17,8 +17,7 @@ def torch_for(section: Mapping[str, Any] | None = None, threads: int | None = No
     job run by Snakemake and the same command run by hand would differ."""
     import torch
 
-    n = threads if threads is not None else int((section or {}).get("torch_threads", 2))
-    torch.set_num_threads(int(n))
+    torch.set_num_threads(int(threads if threads is not None else (section or {}).get("torch_threads", 2)))
     return torch
 
 
