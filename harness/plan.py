@@ -367,12 +367,27 @@ def checked_models(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
     return [j for j in trains if j.id == j.method] if mode == "main" else []
 
 
+def _collection(cfg: Mapping[str, Any], dataset: str) -> str:
+    """The collection a dataset reads (its config ``id``; squad-open-ir and squad-open share one)."""
+    return str((cfg.get("datasets", {}).get(dataset) or {}).get("id", dataset))
+
+
+def own_collections(cfg: Mapping[str, Any], method: str) -> tuple[set[str], set[str]]:
+    """The datasets method ``method`` trains on (``train_dataset`` / ``train_datasets``) and their
+    collections: a test split of these is the in-distribution test set of a learning check (QCR
+    trains on squad-open and is checked on squad-open-ir's 2,351 questions, the same collection, not
+    on SciFact's 300 out-of-domain ones)."""
+    sec = cfg["methods"].get(method) or {}
+    names = {sec["train_dataset"]} if sec.get("train_dataset") else set(sec.get("train_datasets") or [])
+    return names, {_collection(cfg, d) for d in names}
+
+
 def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
     """The learning check's controls (harness.learning): for each checked model ``M``, ``M@init``
     (the same train step inside :func:`harness.train.init_checkpoint`: its weights before
     training), a twin of each index built from ``M``, and a twin of ``M``'s own search job (the
-    search job named ``M``, on one dataset: ``M``'s training dataset where it is searched there, else
-    the first by name) reading the twins: the same code, settings and queries, the untrained weights.
+    search job named ``M``, on one dataset: one of ``M``'s training collections where it is searched
+    there, else the first by name) reading the twins: the same code, settings and queries, the untrained weights.
     A twin search job writes its systems under its own id; it is no system's producer."""
     jobs = list(jobs)
     searched = {j.id for j in jobs if j.stage == "search"}
@@ -385,12 +400,12 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
                 or (r.kind == "index" and r.id in indexes) else r for role, r in inputs.items()}
 
     out += [replace(j, id=j.id + INIT, inputs=swap(j.inputs)) for j in jobs if j.stage == "index" and j.id in indexes]
-    for m, job in models.items():  # one dataset per model: its training dataset where it is searched there
-        own = (cfg["methods"].get(job.method) or {}).get("train_dataset")
+    for m, job in models.items():  # one dataset per model: its training collection where it is searched there
+        names, own = own_collections(cfg, job.method)
         cands = [j for j in jobs if j.stage == "search" and j.id == m and j.dataset
                  and j.params.get("split", "test") == "test"]
         if cands:
-            j = min(cands, key=lambda j: (j.dataset != own, j.dataset))
+            j = min(cands, key=lambda j: (j.dataset not in names, _collection(cfg, j.dataset) not in own, j.dataset))
             out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": m}))
     return out
 

@@ -66,6 +66,13 @@ def test_small_checks_every_searched_model_and_ci_its_main_ones(monkeypatch):
     ci = _plan(load_config(["configs/profiles/small.yaml", "configs/profiles/ci.yaml"]))
     ci_twins = {j.params["learning_twin_of"] for j in ci.jobs.values() if "learning_twin_of" in j.params}
     assert ci_twins and all(t == ci.jobs[("train", t, None)].method for t in ci_twins)
+    # each twin searches the test split of the model's training collection where it is searched there:
+    # QCR trains on squad-open and its checks read squad-open-ir (the same collection, 2,351 questions),
+    # not SciFact (300 out-of-domain queries, first by name); LightRetriever's on a training set of its own
+    on = {(j.params["learning_twin_of"], j.dataset) for j in small.jobs.values() if "learning_twin_of" in j.params}
+    assert {("qcr", "squad-open-ir"), ("qcr.grid-b0k0", "squad-open-ir"), ("dpr", "squad-open"),
+            ("lightretriever", "cmrc2018")} <= on
+    assert not any(d == "scifact" for _, d in on)
 
 
 def _toy(seed: int = 0):
