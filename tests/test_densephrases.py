@@ -307,13 +307,13 @@ def test_gold_tokens_are_the_answer_tokens_of_each_window_that_covers_it(tok):
     wins = dp.windows(tok, [doc], max_len=64, stride=16)
     scored = [dp.Scored(np.zeros(len(w.ids)), np.zeros(len(w.ids)), np.array(w.text + [False] * 3),
                         np.zeros(len(w.ids) + 3), w.offsets, text) for w in wins]
-    got = dp.gold_tokens(scored, text, ["Blue Harbour"])
+    got = dp.gold_tokens(scored, ["Blue Harbour"])
     assert got and all(0 <= w < len(wins) for w, _, _ in got)
     for w, a, b in got:
         assert text[wins[w].offsets[a][0]:wins[w].offsets[b][1]] == "Blue Harbour"
     assert {w for w, _, _ in got} == {i for i, w in enumerate(wins) if w.offsets[max(
         t for t, ok in enumerate(w.text) if ok)][1] >= len(text) - len(" today")}   # the last windows only
-    assert dp.gold_tokens(scored, text, ["Red Sea"]) == []
+    assert dp.gold_tokens(scored, ["Red Sea"]) == [] and dp.gold_tokens([], ["Blue Harbour"]) == []
 
 
 def test_threshold_keeps_em_and_the_gold_phrases():

@@ -64,10 +64,9 @@ from harness.methods.densephrases.train import (Example, _kl, dev_questions, exa
 SCHEMA = "schema.yaml"
 
 __all__ = ["ANSWERS", "DEFAULTS", "DUMP_DIR", "NAME", "SCHEMA", "Example", "PhraseModel", "Retriever", "Scored",
-           "Window",
-           "_kl", "_time_child", "answer_systems", "best_span", "build", "check", "declare", "dev_questions",
-           "dump_corpus", "em_of", "examples_of", "gold_docs", "index_specs", "load_phrase_index", "measure_c3",
-           "measure_em", "measure_rc", "measure_speed", "model_id", "neg_loss", "open_em", "passage_run",
-           "phrase_answers", "prepare", "qs_step", "rc_predict", "read_passages", "run_search", "score_passages",
-           "search_job", "settings", "teacher_logits", "train", "train_qs", "train_questions", "train_step",
-           "tune_threshold", "variants", "windows", "choose_threshold", "gold_tokens"]
+           "Window", "_kl", "_time_child", "answer_systems", "best_span", "build", "check", "choose_threshold",
+           "declare", "dev_questions", "dump_corpus", "em_of", "examples_of", "gold_docs", "gold_tokens",
+           "index_specs", "load_phrase_index", "measure_c3", "measure_em", "measure_rc", "measure_speed", "model_id",
+           "neg_loss", "open_em", "passage_run", "phrase_answers", "prepare", "qs_step", "rc_predict", "read_passages",
+           "run_search", "score_passages", "search_job", "settings", "teacher_logits", "train", "train_qs",
+           "train_questions", "train_step", "tune_threshold", "variants", "windows"]

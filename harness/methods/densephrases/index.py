@@ -24,12 +24,12 @@ from harness.job import Job
 # the filter threshold (App. E), tuned on dev questions
 
 
-def gold_tokens(scored: Sequence[Scored], text: str, answers: Sequence[str]) -> list[tuple[int, int, int]]:
+def gold_tokens(scored: Sequence[Scored], answers: Sequence[str]) -> list[tuple[int, int, int]]:
     """(window, start token, end token) of each window of a passage's scored windows that covers the
-    first occurrence of an answer in ``text`` (on word boundaries, as training aligns it)."""
+    first occurrence of an answer in the passage's text (on word boundaries, as training aligns it)."""
     from harness.methods.reader import find_answer
 
-    span = find_answer(text, list(answers))
+    span = find_answer(scored[0].text, list(answers)) if scored else None
     if span is None:
         return []
     out = []
@@ -79,8 +79,7 @@ def tune_threshold(cfg: Mapping[str, Any], s: Mapping[str, Any], model: PhraseMo
         return sum(em_of(rc_predict(sc, L, thr)[0], q.answers, rule) for sc, q in zip(scored, dev)) / len(dev)
 
     # (scored windows, gold token positions) of each dev question whose answer its passage's windows cover
-    gold = [(sc, pos) for sc, q in zip(scored, dev)
-            if (pos := gold_tokens(sc, next(docs[g] for g in q.gold if g in docs).text, q.answers))]
+    gold = [(sc, pos) for sc, q in zip(scored, dev) if (pos := gold_tokens(sc, q.answers))]
 
     def gold_kept(thr):
         return sum(any(sc[w].keep[a] > thr and sc[w].keep[b] > thr for w, a, b in pos)
