@@ -9,7 +9,11 @@ Two parts, both recorded, both required:
   searched by twins of ``M``'s own jobs on the same queries, and ``M``'s first system must score
   higher per query on the first of config ``learning.measures`` the evaluation has, by a paired
   sign-flip permutation test (one-sided, ``learning.alpha``; harness.stats) with the 95 % paired
-  bootstrap interval of the mean difference beside it.
+  bootstrap interval of the mean difference beside it. Where the profile measures the objective
+  ``M`` trains for on a test set of its own (a measure job with params ``learning``: DensePhrases'
+  reading comprehension, each question against its gold passage, the task of L_single that every
+  variant trains for, Table 6's "None" alone), that measure's twin is the comparison instead, and
+  ``M``'s search is one of its other systems.
 
 A model that fails either part "did not learn": every table cell fed by it (its systems, and any
 system whose search reads it, however indirectly) carries that status instead of a verdict against
@@ -53,20 +57,39 @@ def _plan(cfg: Mapping[str, Any]):
 
 def _cache(p: Any) -> dict[str, Any]:
     """Per-plan memo of this module (the plan is built once per config content, as harness.workflow
-    keeps its served-tables map): the twin search jobs by model, and the verdicts read so far."""
+    keeps its served-tables map): the twin search jobs by model, the twin measure jobs of a model's
+    objective by model (with the system it feeds there), and the verdicts read so far."""
     memo = getattr(p, "_learning", None)
     if memo is None:
         twins: dict[str, list[Any]] = {}
         for j in p.concrete("search"):
             if "learning_twin_of" in j.params:
                 twins.setdefault(j.params["learning_twin_of"], []).append(j)
-        memo = p._learning = {"twins": twins, "verdicts": {}, "comparisons": {}}
+        objective: dict[str, list[tuple[Any, str]]] = {}
+        for j in p.concrete("measure"):
+            for system, model in (j.params.get("learning_twin_of") or {}).items():
+                objective.setdefault(model, []).append((j, system))
+        memo = p._learning = {"twins": twins, "objective": objective, "verdicts": {}, "comparisons": {}}
     return memo
 
 
 def twin_searches(cfg: Mapping[str, Any], model: str) -> list[Any]:
     """The learning twins' search jobs of ``model`` (one per dataset it is searched on)."""
     return list(_cache(_plan(cfg))["twins"].get(model, []))
+
+
+def objective_twins(cfg: Mapping[str, Any], model: str) -> list[tuple[Any, str]]:
+    """(twin measure job, system) of ``model``'s training objective where the profile measures it
+    (DensePhrases' reading comprehension: harness.plan.learning_twins); empty for most models."""
+    return list(_cache(_plan(cfg))["objective"].get(model, []))
+
+
+def _checked(cfg: Mapping[str, Any], model: str) -> list[tuple[Any, str, bool]]:
+    """(twin job, system, primary) of every comparison of ``model``: its objective's measure first
+    and primary where there is one, else the first system of each twin search; the other systems of
+    its twin searches are compared too, not primary (a system below its start marks its own cells)."""
+    obj = [(j, s, True) for j, s in objective_twins(cfg, model)]
+    return obj + [(j, s, i == 0 and not obj) for j in twin_searches(cfg, model) for i, s in enumerate(j.systems)]
 
 
 def _measure(cfg: Mapping[str, Any], measures: Mapping[str, float]) -> str | None:
@@ -79,28 +102,55 @@ def _eval_file(cfg: Mapping[str, Any], job_id: str, dataset: str, system: str) -
     return hplan.path(cfg, Ref("eval", job_id, dataset)) / f"{system}.json"
 
 
-def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str) -> dict[str, Any]:
-    """Trained ``system`` against its twin on ``dataset``: the measure, both means, the mean
-    difference with its 95 % paired bootstrap interval, the one-sided p-value (trained better), the
-    number of queries, ``beats_init`` and ``below_init`` (significantly worse: the one-sided test the
-    other way); or ``{"missing": path}`` where an evaluation is not there yet."""
-    import numpy as np
+def _files(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None) -> list[Path]:
+    """The trained and the initial file of a comparison: the evaluations of ``model``'s search job and
+    its twin's, or (``twin`` a measure job) the figures of the trained measure job and of the twin."""
+    from harness import plan as hplan
 
-    from harness import stats
+    if twin is not None and twin.stage == "measure":
+        return [hplan.path(cfg, Ref("metrics", i, dataset)) / f"{system}.json"
+                for i in (twin.id.removesuffix(INIT), twin.id)]
+    return [_eval_file(cfg, model, dataset, system), _eval_file(cfg, model + INIT, dataset, system)]
+
+
+def _per_query(files: list[Path], cfg: Mapping[str, Any], twin: Any) -> tuple[str | None, list[dict[str, float]]]:
+    """The measure a comparison reads and each file's per-query values of it: the first of config
+    ``learning.measures`` the evaluation has, or the measure job's figure (``twin.params["learning"]``,
+    each question's value listed under ``predictions``)."""
     from harness.evaluate.run import PER_QUERY_SUFFIX, read_per_query
     from harness.io import read_json
 
-    files = [_eval_file(cfg, model, dataset, system), _eval_file(cfg, model + INIT, dataset, system)]
+    if twin is not None and twin.stage == "measure":
+        name = str(twin.params["learning"])
+        rows = [read_json(f).get("predictions") or [] for f in files]
+        return name, [{str(r["id"]): float(r[name]) for r in rs if name in r} for rs in rows]
+    measure = _measure(cfg, read_json(files[0]).get("measures", {}))
+    if measure is None:
+        return None, []
+    return measure, [{q: v.get(measure, 0.0) for q, v in read_per_query(f.with_name(f.stem + PER_QUERY_SUFFIX)).items()}
+                     for f in files]
+
+
+def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None) -> dict[str, Any]:
+    """Trained ``system`` against its twin on ``dataset``: the measure, both means, the mean
+    difference with its 95 % paired bootstrap interval, the one-sided p-value (trained better), the
+    number of queries, ``beats_init`` and ``below_init`` (significantly worse: the one-sided test the
+    other way); or ``{"missing": path}`` where an evaluation is not there yet. ``twin``: the twin job
+    (a measure job: the comparison reads its figures; by default the evaluations of the search twin)."""
+    import numpy as np
+
+    from harness import stats
+
+    files = _files(cfg, model, dataset, system, twin)
     for f in files:
         if not f.exists():
             return {"dataset": dataset, "system": system, "missing": str(f)}
-    measure = _measure(cfg, read_json(files[0]).get("measures", {}))
+    measure, pq = _per_query(files, cfg, twin)
     if measure is None:
         return {"dataset": dataset, "system": system, "missing": f"{files[0]} has none of learning.measures"}
-    pq = [read_per_query(f.with_name(f.stem + PER_QUERY_SUFFIX)) for f in files]
     qids = sorted(set(pq[0]) & set(pq[1]))
-    a = np.array([pq[0][q].get(measure, 0.0) for q in qids])
-    b = np.array([pq[1][q].get(measure, 0.0) for q in qids])
+    a = np.array([pq[0][q] for q in qids])
+    b = np.array([pq[1][q] for q in qids])
     alpha = float((cfg.get("learning") or {}).get("alpha", 0.05))
     diff = float(np.mean(a - b)) if qids else 0.0
     p2 = stats.paired_test(a, b) if len(qids) >= 2 else 1.0
@@ -131,9 +181,9 @@ def verdict(cfg: Mapping[str, Any], model: str, others: bool = True) -> dict[str
     loss = (read_json(meta).get("learning") or {}).get("loss") if meta.exists() else None
     loss = loss or loss_check(folder)  # a model written before the check was recorded in meta.json
     comps, rest = [], []
-    for j in twin_searches(cfg, model):
-        for i, s in enumerate(j.systems if others else j.systems[:1]):
-            (rest if i else comps).append({**_compared(cfg, model, str(j.dataset), s), "primary": i == 0})
+    for j, s, primary in _checked(cfg, model):
+        if primary or others:
+            (comps if primary else rest).append({**_compared(cfg, model, str(j.dataset), s, j), "primary": primary})
     parts = ([loss["fell"]] if loss else []) + [c["beats_init"] for c in comps if "missing" not in c]
     complete = loss is not None and bool(comps) and not any("missing" in c for c in comps)
     learned = False if not all(parts) else (True if complete else None)
@@ -148,20 +198,20 @@ def _read(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     return memo[model]
 
 
-def _compared(cfg: Mapping[str, Any], model: str, dataset: str, system: str) -> dict[str, Any]:
+def _compared(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None) -> dict[str, Any]:
     """:func:`compare`, computed once per plan (each is a 10,000-resample test)."""
     memo = _cache(_plan(cfg))["comparisons"]
-    key = (model, dataset, system)
+    key = (model, dataset, system, twin.id if twin is not None else None)
     if key not in memo:
-        memo[key] = compare(cfg, model, dataset, system)
+        memo[key] = compare(cfg, model, dataset, system, twin)
     return memo[key]
 
 
 def _below(cfg: Mapping[str, Any], model: str, systems: set[str]) -> list[dict[str, Any]]:
-    """The comparisons of ``model``'s later twin systems among ``systems`` that are below their
-    start, computed only where a cell reads their system."""
-    return [c for j in twin_searches(cfg, model) for s in j.systems[1:] if s in systems
-            for c in [_compared(cfg, model, str(j.dataset), s)] if c.get("below_init")]
+    """The comparisons of ``model``'s systems that its verdict does not read (not primary) among
+    ``systems`` that are below their start, computed only where a cell reads their system."""
+    return [c for j, s, primary in _checked(cfg, model) if not primary and s in systems
+            for c in [_compared(cfg, model, str(j.dataset), s, j)] if c.get("below_init")]
 
 
 def _feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> tuple[set[str], set[str]]:
@@ -218,13 +268,23 @@ def cell_status(cfg: Mapping[str, Any], system: str, dataset: str, unit: str | N
 
 
 def required(cfg: Mapping[str, Any], system: str, dataset: str) -> list[Path]:
-    """The evaluation folders a cell's learning status reads (its models' twins' and their own)."""
+    """The folders a cell's learning status reads (its models' twins' and their own)."""
+    out = []
+    for model in models_feeding(cfg, system, dataset):
+        out += _compared_folders(cfg, model)
+    return out
+
+
+def _compared_folders(cfg: Mapping[str, Any], model: str) -> list[Path]:
+    """The folders ``model``'s comparisons read: both evaluations of each twin search, both figure
+    folders of each twin of its objective's measure."""
     from harness import plan as hplan
 
     out = []
-    for model in models_feeding(cfg, system, dataset):
-        for j in twin_searches(cfg, model):
-            out += [hplan.path(cfg, Ref("eval", j.id, j.dataset)), hplan.path(cfg, Ref("eval", model, j.dataset))]
+    for j in twin_searches(cfg, model):
+        out += [hplan.path(cfg, Ref("eval", j.id, j.dataset)), hplan.path(cfg, Ref("eval", model, j.dataset))]
+    for j, _ in objective_twins(cfg, model):
+        out += [hplan.path(cfg, Ref("metrics", i, j.dataset)) for i in (j.id, j.id.removesuffix(INIT))]
     return out
 
 
@@ -258,9 +318,9 @@ def verdicts(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     from harness import plan as hplan
 
     p = _plan(cfg)
-    twinned = _cache(p)["twins"]
+    memo = _cache(p)
     return [verdict(cfg, j.id) for j in p.concrete("train") if INIT not in j.id
-            and (j.id in twinned or hplan.path(cfg, Ref("model", j.id)).exists())]
+            and (j.id in memo["twins"] or j.id in memo["objective"] or hplan.path(cfg, Ref("model", j.id)).exists())]
 
 
 def required_all(cfg: Mapping[str, Any]) -> list[str]:
@@ -270,9 +330,10 @@ def required_all(cfg: Mapping[str, Any]) -> list[str]:
 
     p = _plan(cfg)
     out = [hplan.path(cfg, Ref("model", j.id)) for j in p.concrete("train") if INIT not in j.id]
-    for model, jobs in _cache(p)["twins"].items():
-        out += [hplan.path(cfg, Ref("eval", i, j.dataset)) for j in jobs for i in (j.id, model)]
-    return sorted(str(o) for o in out)
+    memo = _cache(p)
+    for model in sorted(set(memo["twins"]) | set(memo["objective"])):
+        out += _compared_folders(cfg, model)
+    return sorted({str(o) for o in out})
 
 
 def verdict_word(v: Mapping[str, Any]) -> str:

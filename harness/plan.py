@@ -159,7 +159,8 @@ class Plan:
 
     def metric_jobs(self, system: str, dataset: str) -> list[Job]:
         """Measure jobs that write figures of ``system`` on ``dataset`` (first has precedence)."""
-        return [j for j in self.concrete("measure") if j.dataset == dataset and system in j.systems]
+        return [j for j in self.concrete("measure") if j.dataset == dataset and system in j.systems
+                and "learning_twin_of" not in j.params]
 
     # ---- inputs ---------------------------------------------------------------------------
     def run_of(self, ref: Ref) -> Ref:
@@ -388,7 +389,13 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
     training), a twin of each index built from ``M``, and a twin of ``M``'s own search job (the
     search job named ``M``, on one dataset: one of ``M``'s training collections where it is searched
     there, else the first by name) reading the twins: the same code, settings and queries, the untrained weights.
-    A twin search job writes its systems under its own id; it is no system's producer."""
+    A twin search job writes its systems under its own id; it is no system's producer.
+
+    A measure job that scores a model's own training objective (params ``learning``: the name of the
+    per-question figure its files list, e.g. DensePhrases' reading comprehension, ``em``) gets a twin
+    too, built by its module's ``learning_twin(cfg, job, checked)`` for the checked models it reads
+    (params ``learning_twin_of``: system -> model); a model with such a twin is checked on it first
+    (harness.learning)."""
     jobs = list(jobs)
     searched = {j.id for j in jobs if j.stage == "search"}
     models = {j.id: j for j in checked_models(cfg, jobs) if j.id in searched}  # the reader: no search job
@@ -407,6 +414,12 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
         if cands:
             j = min(cands, key=lambda j: (j.dataset not in names, _collection(cfg, j.dataset) not in own, j.dataset))
             out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": m}))
+    import importlib
+
+    for j in jobs:  # the objective's measure: the method says which of its systems each checked model feeds
+        if j.stage == "measure" and j.params.get("learning") and j.dataset:
+            twin = importlib.import_module(j.module).learning_twin(cfg, j, set(models))
+            out += [replace(twin, module=twin.module or j.module)] if twin is not None else []
     return out
 
 

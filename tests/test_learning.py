@@ -60,19 +60,31 @@ def test_small_checks_every_searched_model_and_ci_its_main_ones(monkeypatch):
     small = _plan(load_config(["configs/profiles/small.yaml"]))
     trained = {j.id for j in small.jobs.values() if j.stage == "train" and j.step == "train_step" and hp.INIT not in j.id}
     searched = {j.id for j in small.jobs.values() if j.stage == "search"}
-    twins = {j.params["learning_twin_of"] for j in small.jobs.values() if "learning_twin_of" in j.params}
+    twins = {j.params["learning_twin_of"] for j in small.jobs.values() if "learning_twin_of" in j.params
+             and j.stage == "search"}
     assert len(trained & searched) >= 40 and twins == trained & searched
     assert {"bpr.a0", "svdr.abl-m1", "densephrases.ib-b84", "lightretriever.nokl", "qcr.grid-b0k0"} <= twins
     ci = _plan(load_config(["configs/profiles/small.yaml", "configs/profiles/ci.yaml"]))
-    ci_twins = {j.params["learning_twin_of"] for j in ci.jobs.values() if "learning_twin_of" in j.params}
+    ci_twins = {j.params["learning_twin_of"] for j in ci.jobs.values() if "learning_twin_of" in j.params
+                and j.stage == "search"}
     assert ci_twins and all(t == ci.jobs[("train", t, None)].method for t in ci_twins)
     # each twin searches the test split of the model's training collection where it is searched there:
     # QCR trains on squad-open and its checks read squad-open-ir (the same collection, 2,351 questions),
     # not SciFact (300 out-of-domain queries, first by name); LightRetriever's on a training set of its own
-    on = {(j.params["learning_twin_of"], j.dataset) for j in small.jobs.values() if "learning_twin_of" in j.params}
+    on = {(j.params["learning_twin_of"], j.dataset) for j in small.jobs.values() if "learning_twin_of" in j.params
+          and j.stage == "search"}
     assert {("qcr", "squad-open-ir"), ("qcr.grid-b0k0", "squad-open-ir"), ("dpr", "squad-open"),
             ("lightretriever", "cmrc2018")} <= on
     assert not any(d == "scifact" for _, d in on)
+    # DensePhrases' objective: one twin of the reading-comprehension job, every variant's initial
+    # checkpoint on small; ci checks its main model alone, on the same measure
+    rc, rc_twin = small.job("measure", "densephrases.rc", "squad-open"), small.job("measure", "densephrases.rc@init", "squad-open")
+    assert rc_twin.systems == rc.systems and len(rc.systems) >= 10 and rc_twin.step == rc.step
+    assert rc_twin.params["learning_twin_of"]["densephrases.none-b48-rc"] == "densephrases.none-b48"
+    assert {r.id for k, r in rc_twin.inputs.items() if k.startswith("model_")} == {
+        r.id + hp.INIT for k, r in rc.inputs.items() if k.startswith("model_")}
+    assert ci.job("measure", "densephrases.rc@init", "squad-open").params["learning_twin_of"] == {
+        "densephrases.rc": "densephrases"}
 
 
 def _toy(seed: int = 0):
@@ -310,3 +322,52 @@ def test_which_models_feed_a_figure_and_which_figures_a_failure_voids():
     # a time, a size, a rate or a speedup is the same whether the weights learned: only other figures are voided
     assert [learning.applies(u) for u in ("%", "ratio", "count", None, "ms", "s", "GB", "Q/s", "x")] == \
         [True, True, True, True, False, False, False, False, False]
+
+
+def _figures(cfg, job_id: str, dataset: str, system: str, em: dict[str, bool]) -> None:
+    """A measure job's figure file with each question's EM (as measure_rc writes it)."""
+    folder = hp.path(cfg, hp.Ref("metrics", job_id, dataset))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / f"{system}.json", {"values": {"em": {"value": sum(em.values()) / len(em), "unit": "ratio"}},
+                                           "predictions": [{"id": q, "em": v, "f1": float(v)} for q, v in em.items()]})
+
+
+def test_densephrases_is_checked_on_the_objective_every_variant_trains_for(tmp_path):
+    """A DensePhrases model is compared with its initial checkpoint on reading comprehension (each
+    question against its gold passage: L_single, the one objective Table 6's "None" trains on). As
+    none-b48 on small (RC EM 8.2 % vs 0.5 % at init, its D_small search 0.271 vs 0.576): the model
+    learned, its search cells say its search fell below its start, its RC cell is a result; an RC
+    no better than the start fails the model, and then every cell it feeds."""
+    cfg = load_config(overrides={"results_dir": str(tmp_path), "learning": {"check": "all"}})
+    model = "densephrases.none-b48"
+    folder = hp.path(cfg, hp.Ref("model", model))
+    folder.mkdir(parents=True)
+    write_json(folder / "meta.json", {"learning": {"loss": {"first": 2.0, "last": 0.5, "steps": 96, "fell": True}}})
+    (search,) = learning.twin_searches(cfg, model)
+    ((rc, system),) = learning.objective_twins(cfg, model)
+    assert (rc.id, system) == ("densephrases.rc@init", "densephrases.none-b48-rc")
+    assert hp.get(cfg).metric_jobs(system, "smoke")[0].id == "densephrases.rc"  # a twin writes no table's figure
+    qs = [f"q{i}" for i in range(40)]
+    hi, lo = {q: float(i % 4 > 0) for i, q in enumerate(qs)}, {q: float(i % 4 == 0) for i, q in enumerate(qs)}
+    _eval_at(cfg, model, search.dataset, model, lo, "Success@5")
+    _eval_at(cfg, search.id, search.dataset, model, hi, "Success@5")
+    _figures(cfg, "densephrases.rc", "smoke", system, {q: v > 0 for q, v in hi.items()})
+    _figures(cfg, rc.id, "smoke", system, {q: v > 0 for q, v in lo.items()})
+    v = learning.verdict(cfg, model)
+    assert v["learned"] is True and [(c["system"], c["measure"], c["primary"]) for c in v["init"]] == [(system, "em", True)]
+    assert math.isclose(v["init"][0]["diff"], 0.5) and v["init"][0]["queries"] == 40
+    (s,) = v["systems"]
+    assert s["system"] == model and s["below_init"] and not s["primary"]
+    status = learning.cell_status(cfg, model, search.dataset)
+    assert status is not None and status[0] == learning.STATUS and f"worse than {model}'s initial checkpoint" in status[1]
+    assert learning.cell_status(cfg, system, "smoke") is None
+    folders = {str(f) for f in learning.required(cfg, system, "smoke")}
+    assert {str(hp.path(cfg, hp.Ref("metrics", i, "smoke"))) for i in ("densephrases.rc", rc.id)} <= folders
+    assert set(map(str, learning._compared_folders(cfg, model))) <= set(learning.required_all(cfg))
+
+    _figures(cfg, rc.id, "smoke", system, {q: v > 0 for q, v in hi.items()})  # RC no better than at init
+    cfg = {**cfg, "learning": {**cfg["learning"], "alpha": 0.049}}  # a fresh plan: nothing memoised
+    v = learning.verdict(cfg, model)
+    assert v["learned"] is False and not v["init"][0]["beats_init"]
+    status = learning.cell_status(cfg, system, "smoke")
+    assert status is not None and f"model {model} did not learn" in status[1] and "em on smoke" in status[1]

@@ -49,7 +49,8 @@ from __future__ import annotations
 
 from harness.methods.densephrases.index import (build, choose_threshold, dump_corpus, gold_docs, gold_tokens,
                                                  index_specs, tune_threshold)
-from harness.methods.densephrases.jobs import answer_systems, declare, qs_step, search_job, train_step
+from harness.methods.densephrases.jobs import (answer_systems, declare, learning_twin, qs_step, rc_job, search_job,
+                                                train_step)
 from harness.methods.densephrases.measure import _time_child, measure_c3, measure_em, measure_rc, measure_speed
 from harness.methods.densephrases.model import (PhraseModel, Scored, Window, best_span, rc_predict, read_passages,
                                                 score_passages, windows)
@@ -63,10 +64,11 @@ from harness.methods.densephrases.train import (Example, _kl, dev_questions, exa
 
 SCHEMA = "schema.yaml"
 
-__all__ = ["ANSWERS", "DEFAULTS", "DUMP_DIR", "NAME", "SCHEMA", "Example", "PhraseModel", "Retriever", "Scored",
-           "Window", "_kl", "_time_child", "answer_systems", "best_span", "build", "check", "choose_threshold",
-           "declare", "dev_questions", "dump_corpus", "em_of", "examples_of", "gold_docs", "gold_tokens",
-           "index_specs", "load_phrase_index", "measure_c3", "measure_em", "measure_rc", "measure_speed", "model_id",
-           "neg_loss", "open_em", "passage_run", "phrase_answers", "prepare", "qs_step", "rc_predict", "read_passages",
-           "run_search", "score_passages", "search_job", "settings", "teacher_logits", "train", "train_qs",
+__all__ = ["ANSWERS", "DEFAULTS", "DUMP_DIR", "NAME", "SCHEMA", "Example", "PhraseModel", "Retriever",
+           "Scored", "Window", "_kl", "_time_child", "answer_systems", "best_span", "build", "check",
+           "choose_threshold", "declare", "dev_questions", "dump_corpus", "em_of", "examples_of",
+           "gold_docs", "gold_tokens", "index_specs", "learning_twin", "load_phrase_index", "measure_c3",
+           "measure_em", "measure_rc", "measure_speed", "model_id", "neg_loss", "open_em", "passage_run",
+           "phrase_answers", "prepare", "qs_step", "rc_job", "rc_predict", "read_passages", "run_search",
+           "score_passages", "search_job", "settings", "teacher_logits", "train", "train_qs",
            "train_questions", "train_step", "tune_threshold", "variants", "windows"]

@@ -82,12 +82,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                         inputs={"data": Ref("data", dataset=d),
                                 **{f"run_{i}": Ref("system", sid, d) for i, (sid, _) in enumerate(pairs)}}))
     for d in s["rc_datasets"]:
-        vs_ = [None, *(variants(s) if d in s["variant_datasets"] else [])]
-        jobs.append(Job("measure", f"{NAME}.rc", name, "measure_rc", d,
-                        systems=tuple(_sys(model_id(v), "rc") for v in vs_),
-                        params={"variants": vs_}, keys=(*affects(name, "measure.rc"), f"datasets.{d}.answer_rule"),
-                        inputs={"data": Ref("data", dataset=d), "train_data": Ref("data", dataset=td),
-                                **{f"model_{i}": Ref("model", model_id(v)) for i, v in enumerate(vs_)}}))
+        jobs.append(rc_job(cfg, name, d, [None, *(variants(s) if d in s["variant_datasets"] else [])]))
     t = s["timing"]
     if t["dataset"]:
         d = t["dataset"]
@@ -105,6 +100,32 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                         systems=tuple(f"{NAME}.c3-{r}" for r in s["c3_datasets"]), keys=affects(name, "measure.c3"),
                         inputs={f"data_{r}": Ref("data", dataset=k) for r, k in s["c3_datasets"].items()}))
     return jobs
+
+
+def rc_job(cfg: Mapping[str, Any], name: str, dataset: str, vs: list[str | None], init: bool = False) -> Job:
+    """Reading comprehension (D = {p}) of the models of variants ``vs`` on ``dataset``: system ``i``
+    (``densephrases.rc``, ``densephrases.<v>-rc``) reads model ``i``. It scores the objective every
+    variant trains for (L_single, Eq. 6: the answer's span within its gold passage; Table 6's "None"
+    trains on nothing else), so it is what the learning check compares first (params ``learning``:
+    each question's EM); ``init``: the check's twin, on the models' initial checkpoints."""
+    from harness.plan import INIT
+
+    systems = tuple(_sys(model_id(v), "rc") for v in vs)
+    params: dict[str, Any] = {"variants": vs, "learning": "em"}
+    if init:
+        params["learning_twin_of"] = {sid: model_id(v) for sid, v in zip(systems, vs, strict=True)}
+    return Job("measure", f"{NAME}.rc" + (INIT if init else ""), name, "measure_rc", dataset, systems=systems,
+               params=params, keys=(*affects(name, "measure.rc"), f"datasets.{dataset}.answer_rule"),
+               inputs={"data": Ref("data", dataset=dataset),
+                       "train_data": Ref("data", dataset=settings(cfg)["train_dataset"]),
+                       **{f"model_{i}": Ref("model", model_id(v) + (INIT if init else "")) for i, v in enumerate(vs)}})
+
+
+def learning_twin(cfg: Mapping[str, Any], job: Job, checked: set[str]) -> Job | None:
+    """The learning check's twin of the reading-comprehension job ``job`` (harness.plan.learning_twins):
+    the same measure of those of its models that are ``checked``, on their initial checkpoints."""
+    vs = [v for v in job.params["variants"] if model_id(v) in checked]
+    return rc_job(cfg, job.method, str(job.dataset), vs, init=True) if vs else None
 
 
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
