@@ -45,6 +45,10 @@ class Stage(str, Enum):
 
 _ARTIFACT = {"decontam": "decontam", "negatives": "negatives", "train": "model", "index": "index", "search": "run", "measure": "metrics"}
 
+#: the suffix of a learning check's control (harness.plan.learning_twins): model ``dpr@init`` is model
+#: ``dpr`` before training, job ``densephrases.rc@init`` its measure job on the initial checkpoints
+INIT = "@init"
+
 #: the stages, in order
 STAGES = tuple(s.value for s in Stage)
 #: input kinds a job may name

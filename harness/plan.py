@@ -34,7 +34,7 @@ from harness.errors import ConfigError, DataError
 from harness.numerics import STAGES as NUMERIC_STAGES, identity as numeric_identity
 from harness.recording import plain
 
-from harness.job import KINDS, STAGES, Job, Ref, Stage, output_ref  # noqa: F401 (the plan's vocabulary, re-exported)
+from harness.job import INIT, KINDS, STAGES, Job, Ref, Stage, output_ref  # noqa: F401 (the plan's vocabulary, re-exported)
 
 
 #: top-level config keys no artifact's content depends on (where results go, what the profile is
@@ -353,8 +353,6 @@ def _cached(blob: str) -> Plan:
     return plan
 
 
-#: the suffix of a learning check's control: model ``dpr@init`` is model ``dpr`` before training
-INIT = "@init"
 
 
 def checked_models(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:

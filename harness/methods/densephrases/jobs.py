@@ -11,7 +11,7 @@ from harness.methods.densephrases.index import index_specs
 from harness.methods.densephrases.qs import train_qs
 from harness.methods.densephrases.settings import NAME, _sys, check, model_id, settings, variants
 from harness.methods.densephrases.train import train
-from harness.job import Job, Ref
+from harness.job import INIT, Job, Ref
 
 
 def _train_keys(cfg: Mapping[str, Any], s: Mapping[str, Any], v: str | None) -> tuple[str, ...]:
@@ -108,8 +108,6 @@ def rc_job(cfg: Mapping[str, Any], name: str, dataset: str, vs: list[str | None]
     variant trains for (L_single, Eq. 6: the answer's span within its gold passage; Table 6's "None"
     trains on nothing else), so it is what the learning check compares first (params ``learning``:
     each question's EM); ``init``: the check's twin, on the models' initial checkpoints."""
-    from harness.plan import INIT
-
     systems = tuple(_sys(model_id(v), "rc") for v in vs)
     params: dict[str, Any] = {"variants": vs, "learning": "em"}
     if init:
