@@ -9,11 +9,13 @@ Two parts, both recorded, both required:
   searched by twins of ``M``'s own jobs on the same queries, and ``M``'s first system must score
   higher per query on the first of config ``learning.measures`` the evaluation has, by a paired
   sign-flip permutation test (one-sided, ``learning.alpha``; harness.stats) with the 95 % paired
-  bootstrap interval of the mean difference beside it. Where the profile measures the objective
-  ``M`` trains for on a test set of its own (a measure job with params ``learning``: DensePhrases'
-  reading comprehension, each question against its gold passage, the task of L_single that every
-  variant trains for, Table 6's "None" alone), that measure's twin is the comparison instead, and
-  ``M``'s search is one of its other systems.
+  bootstrap interval of the mean difference beside it. Where the profile also measures the
+  objective ``M`` trains for on a test set of its own (a measure job with params ``learning``:
+  DensePhrases' reading comprehension, each question against its gold passage: L_single, which
+  every variant trains for, Table 6's "None" alone), that measure's twin is a primary comparison
+  too, and ``M`` learned if one of its primary comparisons beats its start (Bonferroni: at
+  ``alpha`` divided by their number): a model that learned to read its passage but not to tell
+  passages apart learned, and its search, below its start, marks its own cells.
 
 A model that fails either part "did not learn": every table cell fed by it (its systems, and any
 system whose search reads it, however indirectly) carries that status instead of a verdict against
@@ -85,11 +87,11 @@ def objective_twins(cfg: Mapping[str, Any], model: str) -> list[tuple[Any, str]]
 
 
 def _checked(cfg: Mapping[str, Any], model: str) -> list[tuple[Any, str, bool]]:
-    """(twin job, system, primary) of every comparison of ``model``: its objective's measure first
-    and primary where there is one, else the first system of each twin search; the other systems of
-    its twin searches are compared too, not primary (a system below its start marks its own cells)."""
+    """(twin job, system, primary) of every comparison of ``model``: the primary ones are its
+    objective's measure where the profile runs one and the first system of each twin search; the
+    other systems of its twin searches are compared too (a system below its start marks its cells)."""
     obj = [(j, s, True) for j, s in objective_twins(cfg, model)]
-    return obj + [(j, s, i == 0 and not obj) for j in twin_searches(cfg, model) for i, s in enumerate(j.systems)]
+    return obj + [(j, s, i == 0) for j in twin_searches(cfg, model) for i, s in enumerate(j.systems)]
 
 
 def _measure(cfg: Mapping[str, Any], measures: Mapping[str, float]) -> str | None:
@@ -163,13 +165,15 @@ def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin:
 
 
 def verdict(cfg: Mapping[str, Any], model: str, others: bool = True) -> dict[str, Any]:
-    """The learning check of ``model``: ``loss`` (its meta.json's ``learning.loss``), ``init`` (one
-    comparison per dataset its twin was searched on, its first system's, each with ``primary``
-    True; empty where the model is not checked against its initial checkpoint), ``systems`` (the
-    comparisons of the twin search's other systems), and ``learned``: False where a part failed,
-    True where both passed, None otherwise (a part missing, or a model the profile does not compare
-    with its initial checkpoint and whose loss fell). ``learned`` reads the first systems only; a
-    later system below its start marks its own cells (:func:`cell_status`). ``others=False`` leaves
+    """The learning check of ``model``: ``loss`` (its meta.json's ``learning.loss``), ``init`` (its
+    primary comparisons, each with ``primary`` True: its objective's measure where the profile runs
+    one, and the first system of its twin search; empty where the model is not checked against its
+    initial checkpoint), ``systems`` (the comparisons of the twin search's other systems), and
+    ``learned``: False where its loss did not fall or no primary comparison beats its start, True
+    where the loss fell and one does (at ``learning.alpha`` divided by the number of primary
+    comparisons: Bonferroni), None otherwise (a comparison missing, or a model the profile does not
+    compare with its initial checkpoint and whose loss fell). Any comparison below its start, primary
+    or not, marks the cells its system feeds (:func:`cell_status`). ``others=False`` leaves
     ``systems`` empty (each comparison is a 10,000-resample test: a table asks only for its own)."""
     from harness import plan as hplan
     from harness.io import read_json
@@ -184,9 +188,11 @@ def verdict(cfg: Mapping[str, Any], model: str, others: bool = True) -> dict[str
     for j, s, primary in _checked(cfg, model):
         if primary or others:
             (comps if primary else rest).append({**_compared(cfg, model, str(j.dataset), s, j), "primary": primary})
-    parts = ([loss["fell"]] if loss else []) + [c["beats_init"] for c in comps if "missing" not in c]
+    alpha = float((cfg.get("learning") or {}).get("alpha", 0.05)) / max(1, len(comps))
+    beats = any(c.get("beats_init") and c["p_one_sided"] < alpha for c in comps)
     complete = loss is not None and bool(comps) and not any("missing" in c for c in comps)
-    learned = False if not all(parts) else (True if complete else None)
+    learned = (False if loss is not None and not loss["fell"] else True if beats and loss is not None
+               else False if complete else None)
     return {"model": model, "loss": loss, "init": comps, "systems": rest, "learned": learned}
 
 
@@ -208,9 +214,9 @@ def _compared(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twi
 
 
 def _below(cfg: Mapping[str, Any], model: str, systems: set[str]) -> list[dict[str, Any]]:
-    """The comparisons of ``model``'s systems that its verdict does not read (not primary) among
-    ``systems`` that are below their start, computed only where a cell reads their system."""
-    return [c for j, s, primary in _checked(cfg, model) if not primary and s in systems
+    """The comparisons of ``model``'s systems among ``systems`` that are below their start (a model
+    can learn while one of its systems gets worse), computed only where a cell reads their system."""
+    return [c for j, s, _ in _checked(cfg, model) if s in systems
             for c in [_compared(cfg, model, str(j.dataset), s, j)] if c.get("below_init")]
 
 

@@ -106,10 +106,11 @@ def rc_job(cfg: Mapping[str, Any], name: str, dataset: str, vs: list[str | None]
     """Reading comprehension (D = {p}) of the models of variants ``vs`` on ``dataset``: system ``i``
     (``densephrases.rc``, ``densephrases.<v>-rc``) reads model ``i``. It scores the objective every
     variant trains for (L_single, Eq. 6: the answer's span within its gold passage; Table 6's "None"
-    trains on nothing else), so it is what the learning check compares first (params ``learning``:
-    each question's EM); ``init``: the check's twin, on the models' initial checkpoints."""
+    trains on nothing else), so the learning check compares it with the models' start beside their
+    search (params ``learning``: each question's F1, graded as the search's nDCG@10 is); ``init``: the
+    check's twin, on the models' initial checkpoints."""
     systems = tuple(_sys(model_id(v), "rc") for v in vs)
-    params: dict[str, Any] = {"variants": vs, "learning": "em"}
+    params: dict[str, Any] = {"variants": vs, "learning": "f1"}
     if init:
         params["learning_twin_of"] = {sid: model_id(v) for sid, v in zip(systems, vs, strict=True)}
     return Job("measure", f"{NAME}.rc" + (INIT if init else ""), name, "measure_rc", dataset, systems=systems,
