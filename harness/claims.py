@@ -148,6 +148,7 @@ def per_query(found: Found | None, measure: str | None) -> dict[str, float] | No
     (``predictions``: ``{"id": ..., "<name>": ...}``, e.g. the reader's EM); None for a constant or
     where no per-query values were kept."""
     from harness.evaluate.run import PER_QUERY_SUFFIX, read_per_query
+    from harness.figures import per_question
     from harness.io import read_json
 
     if found is None or found.path is None:
@@ -155,8 +156,7 @@ def per_query(found: Found | None, measure: str | None) -> dict[str, float] | No
     if measure and measure.startswith("metric:") and found.path.suffix == ".json" and found.path.exists():
         name = measure.removeprefix("metric:")
         data = read_json(found.path)
-        preds = data.get("predictions") or []
-        vals = {str(r["id"]): float(r[name]) for r in preds if isinstance(r, dict) and "id" in r and name in r}
+        vals = per_question(data, name)
         unit = ((data.get("values") or {}).get(name) or {}).get("unit")
         if vals and unit and found.unit and unit != found.unit:   # the side's base unit (ms -> s)
             from harness.units import convert

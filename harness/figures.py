@@ -56,6 +56,14 @@ def record(system: str, dataset: str | None, values: Mapping[str, Any], device: 
             "hardware": hardware(), "versions": versions(), "git_commit": git_commit()}
 
 
+def per_question(record: Mapping[str, Any], name: str) -> dict[str, float]:
+    """Each question's value of figure ``name`` where the record lists them (``predictions``:
+    ``{"id": ..., "<name>": ...}``, e.g. the reader's or DensePhrases' EM and F1); empty otherwise.
+    The claims' paired tests and the learning check's comparison of a measure job read them."""
+    preds = record.get("predictions") or []
+    return {str(r["id"]): float(r[name]) for r in preds if isinstance(r, Mapping) and "id" in r and name in r}
+
+
 def write(path: Path, system: str, dataset: str | None, values: Mapping[str, Any], device: str = "cpu",
           not_run: Mapping[str, str] | None = None, **extra: Any) -> Path:
     """:func:`record` written to ``path`` (atomically)."""

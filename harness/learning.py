@@ -120,12 +120,12 @@ def _per_query(files: list[Path], cfg: Mapping[str, Any], twin: Any) -> tuple[st
     ``learning.measures`` the evaluation has, or the measure job's figure (``twin.params["learning"]``,
     each question's value listed under ``predictions``)."""
     from harness.evaluate.run import PER_QUERY_SUFFIX, read_per_query
+    from harness.figures import per_question
     from harness.io import read_json
 
     if twin is not None and twin.stage == "measure":
         name = str(twin.params["learning"])
-        rows = [read_json(f).get("predictions") or [] for f in files]
-        return name, [{str(r["id"]): float(r[name]) for r in rs if name in r} for rs in rows]
+        return name, [per_question(read_json(f), name) for f in files]
     measure = _measure(cfg, read_json(files[0]).get("measures", {}))
     if measure is None:
         return None, []
@@ -191,8 +191,12 @@ def verdict(cfg: Mapping[str, Any], model: str, others: bool = True) -> dict[str
     alpha = float((cfg.get("learning") or {}).get("alpha", 0.05)) / max(1, len(comps))
     beats = any(c.get("beats_init") and c["p_one_sided"] < alpha for c in comps)
     complete = loss is not None and bool(comps) and not any("missing" in c for c in comps)
-    learned = (False if loss is not None and not loss["fell"] else True if beats and loss is not None
-               else False if complete else None)
+    if loss is not None and not loss["fell"]:
+        learned: bool | None = False
+    elif beats and loss is not None:
+        learned = True
+    else:  # no primary comparison beats its start: a verdict once every one is in
+        learned = False if complete else None
     return {"model": model, "loss": loss, "init": comps, "systems": rest, "learned": learned}
 
 

@@ -353,8 +353,6 @@ def _cached(blob: str) -> Plan:
     return plan
 
 
-
-
 def checked_models(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
     """The train jobs whose models get a learning check against their initial checkpoint (config
     ``learning.check``: ``main``, each method's own model, the one named like the method; ``all``,
@@ -390,10 +388,12 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
     A twin search job writes its systems under its own id; it is no system's producer.
 
     A measure job that scores a model's own training objective (params ``learning``: the name of the
-    per-question figure its files list, e.g. DensePhrases' reading comprehension, ``em``) gets a twin
+    per-question figure its files list, e.g. DensePhrases' reading comprehension, ``f1``) gets a twin
     too, built by its module's ``learning_twin(cfg, job, checked)`` for the checked models it reads
-    (params ``learning_twin_of``: system -> model); a model with such a twin is checked on it first
-    (harness.learning)."""
+    (params ``learning_twin_of``: system -> model); a model with such a twin is compared with its start
+    on it as well as on its search (harness.learning)."""
+    import importlib
+
     jobs = list(jobs)
     searched = {j.id for j in jobs if j.stage == "search"}
     models = {j.id: j for j in checked_models(cfg, jobs) if j.id in searched}  # the reader: no search job
@@ -412,8 +412,6 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
         if cands:
             j = min(cands, key=lambda j: (j.dataset not in names, _collection(cfg, j.dataset) not in own, j.dataset))
             out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": m}))
-    import importlib
-
     for j in jobs:  # the objective's measure: the method says which of its systems each checked model feeds
         if j.stage == "measure" and j.params.get("learning") and j.dataset:
             twin = importlib.import_module(j.module).learning_twin(cfg, j, set(models))
