@@ -59,39 +59,43 @@ def _plan(cfg: Mapping[str, Any]):
 
 def _cache(p: Any) -> dict[str, Any]:
     """Per-plan memo of this module (the plan is built once per config content, as harness.workflow
-    keeps its served-tables map): the twin search jobs by model, the twin measure jobs of a model's
-    objective by model (with the system it feeds there), and the verdicts read so far."""
+    keeps its served-tables map): each checked model's comparisons (:func:`comparisons`) and the
+    verdicts read so far."""
     memo = getattr(p, "_learning", None)
     if memo is None:
-        twins: dict[str, list[Any]] = {}
-        for j in p.concrete("search"):
-            if "learning_twin_of" in j.params:
-                twins.setdefault(j.params["learning_twin_of"], []).append(j)
-        objective: dict[str, list[tuple[Any, str]]] = {}
-        for j in p.concrete("measure"):
-            for system, model in (j.params.get("learning_twin_of") or {}).items():
-                objective.setdefault(model, []).append((j, system))
-        memo = p._learning = {"twins": twins, "objective": objective, "verdicts": {}, "comparisons": {}}
+        checks: dict[str, list[tuple[Any, str, str, bool]]] = {}
+        for stage in ("measure", "search"):  # the objective's measure first: it is listed first
+            for j in p.concrete(stage):
+                for i, (tsys, models) in enumerate((j.params.get("learning_twin_of") or {}).items()):
+                    for model, system in models.items():
+                        checks.setdefault(model, []).append((j, tsys, system, stage == "measure" or i == 0))
+        memo = p._learning = {"checks": checks, "verdicts": {}, "comparisons": {}}
     return memo
+
+
+def comparisons(cfg: Mapping[str, Any], model: str) -> list[tuple[Any, str, str, bool]]:
+    """(twin job, its system, ``model``'s own system, primary) of every comparison of ``model`` with
+    its start (harness.plan.learning_twins; a twin may stand for several models that start from one
+    checkpoint). Primary: its objective's measure where the profile runs one (DensePhrases' reading
+    comprehension) and the first system of its twin search; the other systems of its twin search
+    are compared too (a system below its start marks its cells)."""
+    return list(_cache(_plan(cfg))["checks"].get(model, []))
+
+
+def _twins(cfg: Mapping[str, Any], model: str) -> list[Any]:
+    """The twin jobs ``model`` is compared with, each once."""
+    return list({(j.stage, j.id, j.dataset): j for j, _, _, _ in comparisons(cfg, model)}.values())
 
 
 def twin_searches(cfg: Mapping[str, Any], model: str) -> list[Any]:
     """The learning twins' search jobs of ``model`` (one per dataset it is searched on)."""
-    return list(_cache(_plan(cfg))["twins"].get(model, []))
+    return [j for j in _twins(cfg, model) if j.stage == "search"]
 
 
 def objective_twins(cfg: Mapping[str, Any], model: str) -> list[tuple[Any, str]]:
-    """(twin measure job, system) of ``model``'s training objective where the profile measures it
-    (DensePhrases' reading comprehension: harness.plan.learning_twins); empty for most models."""
-    return list(_cache(_plan(cfg))["objective"].get(model, []))
-
-
-def _checked(cfg: Mapping[str, Any], model: str) -> list[tuple[Any, str, bool]]:
-    """(twin job, system, primary) of every comparison of ``model``: the primary ones are its
-    objective's measure where the profile runs one and the first system of each twin search; the
-    other systems of its twin searches are compared too (a system below its start marks its cells)."""
-    obj = [(j, s, True) for j, s in objective_twins(cfg, model)]
-    return obj + [(j, s, i == 0) for j in twin_searches(cfg, model) for i, s in enumerate(j.systems)]
+    """(twin measure job, ``model``'s own system) of ``model``'s training objective where the profile
+    measures it (DensePhrases' reading comprehension: harness.plan.learning_twins); empty for most models."""
+    return [(j, s) for j, _, s, _ in comparisons(cfg, model) if j.stage == "measure"]
 
 
 def _measure(cfg: Mapping[str, Any], measures: Mapping[str, float]) -> str | None:
@@ -104,15 +108,19 @@ def _eval_file(cfg: Mapping[str, Any], job_id: str, dataset: str, system: str) -
     return hplan.path(cfg, Ref("eval", job_id, dataset)) / f"{system}.json"
 
 
-def _files(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None) -> list[Path]:
-    """The trained and the initial file of a comparison: the evaluations of ``model``'s search job and
-    its twin's, or (``twin`` a measure job) the figures of the trained measure job and of the twin."""
+def _files(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None,
+           twin_system: str | None = None) -> list[Path]:
+    """The trained and the initial file of a comparison: the evaluations of ``model``'s search job
+    (its ``system``) and its twin's (``twin_system``, by default the same name), or (``twin`` a measure
+    job) the figures of the trained measure job and of the twin."""
     from harness import plan as hplan
 
+    tsys = twin_system or system
     if twin is not None and twin.stage == "measure":
-        return [hplan.path(cfg, Ref("metrics", i, dataset)) / f"{system}.json"
-                for i in (twin.id.removesuffix(INIT), twin.id)]
-    return [_eval_file(cfg, model, dataset, system), _eval_file(cfg, model + INIT, dataset, system)]
+        return [hplan.path(cfg, Ref("metrics", twin.id.removesuffix(INIT), dataset)) / f"{system}.json",
+                hplan.path(cfg, Ref("metrics", twin.id, dataset)) / f"{tsys}.json"]
+    return [_eval_file(cfg, model, dataset, system),
+            _eval_file(cfg, twin.id if twin is not None else model + INIT, dataset, tsys)]
 
 
 def _per_query(files: list[Path], cfg: Mapping[str, Any], twin: Any) -> tuple[str | None, list[dict[str, float]]]:
@@ -133,17 +141,20 @@ def _per_query(files: list[Path], cfg: Mapping[str, Any], twin: Any) -> tuple[st
                      for f in files]
 
 
-def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None) -> dict[str, Any]:
+def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None,
+            twin_system: str | None = None) -> dict[str, Any]:
     """Trained ``system`` against its twin on ``dataset``: the measure, both means, the mean
     difference with its 95 % paired bootstrap interval, the one-sided p-value (trained better), the
     number of queries, ``beats_init`` and ``below_init`` (significantly worse: the one-sided test the
     other way); or ``{"missing": path}`` where an evaluation is not there yet. ``twin``: the twin job
-    (a measure job: the comparison reads its figures; by default the evaluations of the search twin)."""
+    (a measure job: the comparison reads its figures; by default the evaluations of the search twin),
+    ``twin_system`` its system (by default ``system``; another where the twin stands for several
+    models that start from one checkpoint, named in ``start``)."""
     import numpy as np
 
     from harness import stats
 
-    files = _files(cfg, model, dataset, system, twin)
+    files = _files(cfg, model, dataset, system, twin, twin_system)
     for f in files:
         if not f.exists():
             return {"dataset": dataset, "system": system, "missing": str(f)}
@@ -161,7 +172,8 @@ def compare(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin:
     return {"dataset": dataset, "system": system, "measure": measure, "queries": len(qids),
             "trained": float(np.mean(a)) if qids else None, "init": float(np.mean(b)) if qids else None,
             "diff": diff, "ci95": [lo, hi], "p_one_sided": p1, "alpha": alpha, "beats_init": bool(p1 < alpha and diff > 0),
-            "below_init": bool(1.0 - p1 < alpha and diff < 0)}
+            "below_init": bool(1.0 - p1 < alpha and diff < 0),
+            **({"start": f"{twin.id}/{twin_system}"} if twin is not None and twin_system not in (None, system) else {})}
 
 
 def verdict(cfg: Mapping[str, Any], model: str, others: bool = True) -> dict[str, Any]:
@@ -185,9 +197,9 @@ def verdict(cfg: Mapping[str, Any], model: str, others: bool = True) -> dict[str
     loss = (read_json(meta).get("learning") or {}).get("loss") if meta.exists() else None
     loss = loss or loss_check(folder)  # a model written before the check was recorded in meta.json
     comps, rest = [], []
-    for j, s, primary in _checked(cfg, model):
+    for j, ts, s, primary in comparisons(cfg, model):
         if primary or others:
-            (comps if primary else rest).append({**_compared(cfg, model, str(j.dataset), s, j), "primary": primary})
+            (comps if primary else rest).append({**_compared(cfg, model, str(j.dataset), s, j, ts), "primary": primary})
     alpha = float((cfg.get("learning") or {}).get("alpha", 0.05)) / max(1, len(comps))
     beats = any(c.get("beats_init") and c["p_one_sided"] < alpha for c in comps)
     complete = loss is not None and bool(comps) and not any("missing" in c for c in comps)
@@ -208,20 +220,21 @@ def _read(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     return memo[model]
 
 
-def _compared(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None) -> dict[str, Any]:
+def _compared(cfg: Mapping[str, Any], model: str, dataset: str, system: str, twin: Any = None,
+              twin_system: str | None = None) -> dict[str, Any]:
     """:func:`compare`, computed once per plan (each is a 10,000-resample test)."""
     memo = _cache(_plan(cfg))["comparisons"]
-    key = (model, dataset, system, twin.id if twin is not None else None)
+    key = (model, dataset, system, twin.id if twin is not None else None, twin_system)
     if key not in memo:
-        memo[key] = compare(cfg, model, dataset, system, twin)
+        memo[key] = compare(cfg, model, dataset, system, twin, twin_system)
     return memo[key]
 
 
 def _below(cfg: Mapping[str, Any], model: str, systems: set[str]) -> list[dict[str, Any]]:
     """The comparisons of ``model``'s systems among ``systems`` that are below their start (a model
     can learn while one of its systems gets worse), computed only where a cell reads their system."""
-    return [c for j, s, _ in _checked(cfg, model) if s in systems
-            for c in [_compared(cfg, model, str(j.dataset), s, j)] if c.get("below_init")]
+    return [c for j, ts, s, _ in comparisons(cfg, model) if s in systems
+            for c in [_compared(cfg, model, str(j.dataset), s, j, ts)] if c.get("below_init")]
 
 
 def _feeding(cfg: Mapping[str, Any], system: str, dataset: str) -> tuple[set[str], set[str]]:
@@ -291,10 +304,9 @@ def _compared_folders(cfg: Mapping[str, Any], model: str) -> list[Path]:
     from harness import plan as hplan
 
     out = []
-    for j in twin_searches(cfg, model):
-        out += [hplan.path(cfg, Ref("eval", j.id, j.dataset)), hplan.path(cfg, Ref("eval", model, j.dataset))]
-    for j, _ in objective_twins(cfg, model):
-        out += [hplan.path(cfg, Ref("metrics", i, j.dataset)) for i in (j.id, j.id.removesuffix(INIT))]
+    for j in _twins(cfg, model):
+        kind, trained = ("eval", model) if j.stage == "search" else ("metrics", j.id.removesuffix(INIT))
+        out += [hplan.path(cfg, Ref(kind, j.id, j.dataset)), hplan.path(cfg, Ref(kind, trained, j.dataset))]
     return out
 
 
@@ -304,7 +316,8 @@ def _comparison(c: Mapping[str, Any]) -> str:
     below = bool(c.get("below_init"))
     p = f"p (worse) {1.0 - c['p_one_sided']:.3g}" if below else f"p {c['p_one_sided']:.3g}"
     note = "" if c["beats_init"] or below else " (not significantly better)"
-    return (f"{c['system']} {c['measure']} on {c['dataset']} {c['trained']:.3f} vs initial {c['init']:.3f}, "
+    start = f" ({c['start']})" if c.get("start") else ""
+    return (f"{c['system']} {c['measure']} on {c['dataset']} {c['trained']:.3f} vs initial {c['init']:.3f}{start}, "
             f"diff {c['diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], {p}, {c['queries']} queries" + note)
 
 
@@ -330,7 +343,7 @@ def verdicts(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     p = _plan(cfg)
     memo = _cache(p)
     return [verdict(cfg, j.id) for j in p.concrete("train") if INIT not in j.id
-            and (j.id in memo["twins"] or j.id in memo["objective"] or hplan.path(cfg, Ref("model", j.id)).exists())]
+            and (j.id in memo["checks"] or hplan.path(cfg, Ref("model", j.id)).exists())]
 
 
 def required_all(cfg: Mapping[str, Any]) -> list[str]:
@@ -341,7 +354,7 @@ def required_all(cfg: Mapping[str, Any]) -> list[str]:
     p = _plan(cfg)
     out = [hplan.path(cfg, Ref("model", j.id)) for j in p.concrete("train") if INIT not in j.id]
     memo = _cache(p)
-    for model in sorted(set(memo["twins"]) | set(memo["objective"])):
+    for model in sorted(memo["checks"]):
         out += _compared_folders(cfg, model)
     return sorted({str(o) for o in out})
 
@@ -355,7 +368,7 @@ def verdict_word(v: Mapping[str, Any]) -> str:
 
 CSV_FIELDS = ("model", "verdict", "loss_steps", "loss_first", "loss_last", "loss_fell", "dataset", "system", "primary",
               "measure", "queries", "trained", "initial", "difference", "ci_low", "ci_high", "p_one_sided",
-              "beats_initial", "below_initial", "system_check")
+              "beats_initial", "below_initial", "system_check", "start")
 
 
 def system_check(c: Mapping[str, Any]) -> str:
@@ -381,7 +394,8 @@ def rows(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
                         "trained": c.get("trained", ""), "initial": c.get("init", ""), "difference": c.get("diff", ""),
                         "ci_low": c["ci95"][0] if full else "", "ci_high": c["ci95"][1] if full else "",
                         "p_one_sided": c.get("p_one_sided", ""), "beats_initial": c.get("beats_init", ""),
-                        "below_initial": c.get("below_init", ""), "system_check": system_check(c)})
+                        "below_initial": c.get("below_init", ""), "system_check": system_check(c),
+                        "start": c.get("start", "")})
     return out
 
 

@@ -384,20 +384,43 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
     (the same train step inside :func:`harness.train.init_checkpoint`: its weights before
     training), a twin of each index built from ``M``, and a twin of ``M``'s own search job (the
     search job named ``M``, on one dataset: one of ``M``'s training collections where it is searched
-    there, else the first by name) reading the twins: the same code, settings and queries, the untrained weights.
-    A twin search job writes its systems under its own id; it is no system's producer.
+    there, else the first by name) reading the twins: the same code, settings and queries, the
+    untrained weights. A twin search job writes its systems under its own id; it is no system's
+    producer. Its params ``learning_twin_of`` map each of its systems to {checked model: that model's
+    own system}.
+
+    Checked models whose start is one computation share one twin: the method's
+    ``start_key(cfg, train_job)`` (where its module has one) says what makes a model's initial
+    checkpoint, its index and its search what they are, and models of one method with equal keys,
+    searched on the same dataset, are compared with the twin of the first of them (DensePhrases'
+    variants differ in training only: on small, 7 of them share one ``@init``).
 
     A measure job that scores a model's own training objective (params ``learning``: the name of the
     per-question figure its files list, e.g. DensePhrases' reading comprehension, ``f1``) gets a twin
-    too, built by its module's ``learning_twin(cfg, job, checked)`` for the checked models it reads
-    (params ``learning_twin_of``: system -> model); a model with such a twin is compared with its start
-    on it as well as on its search (harness.learning)."""
+    too, built by its module's ``learning_twin(cfg, job, starts)`` (``starts``: checked model -> the
+    model whose twin stands for its start), with ``learning_twin_of`` in the same form; a model with
+    such a twin is compared with its start on it as well as on its search (harness.learning)."""
     import importlib
 
     jobs = list(jobs)
     searched = {j.id for j in jobs if j.stage == "search"}
-    models = {j.id: j for j in checked_models(cfg, jobs) if j.id in searched}  # the reader: no search job
-    out = [replace(j, id=j.id + INIT, params={**j.params, "init": True}) for j in models.values()]
+    checked = {j.id: j for j in checked_models(cfg, jobs) if j.id in searched}  # the reader: no search job
+    own: dict[str, Job] = {}  # checked model -> its own search job on the dataset its twin searches
+    for m, job in checked.items():
+        names, colls = own_collections(cfg, job.method)
+        cands = [j for j in jobs if j.stage == "search" and j.id == m and j.dataset
+                 and j.params.get("split", "test") == "test"]
+        if cands:
+            own[m] = min(cands, key=lambda j: (j.dataset not in names, _collection(cfg, j.dataset) not in colls, j.dataset))
+    starts: dict[str, str] = {}  # checked model -> the model whose twin is its start
+    firsts: dict[Any, str] = {}
+    for m, job in checked.items():
+        module = importlib.import_module(job.module)
+        key = module.start_key(cfg, job) if hasattr(module, "start_key") else m
+        where = (own[m].dataset, len(own[m].systems)) if m in own else None
+        starts[m] = firsts.setdefault(json.dumps([job.method, key, where], sort_keys=True, default=str), m)
+    models = set(starts.values())
+    out = [replace(j, id=j.id + INIT, params={**j.params, "init": True}) for j in checked.values() if j.id in models]
     indexes = {j.id for j in jobs if j.stage == "index" and any(r.kind == "model" and r.id in models for r in j.inputs.values())}
 
     def swap(inputs: Mapping[str, Ref]) -> dict[str, Ref]:
@@ -405,16 +428,14 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
                 or (r.kind == "index" and r.id in indexes) else r for role, r in inputs.items()}
 
     out += [replace(j, id=j.id + INIT, inputs=swap(j.inputs)) for j in jobs if j.stage == "index" and j.id in indexes]
-    for m, job in models.items():  # one dataset per model: its training collection where it is searched there
-        names, own = own_collections(cfg, job.method)
-        cands = [j for j in jobs if j.stage == "search" and j.id == m and j.dataset
-                 and j.params.get("split", "test") == "test"]
-        if cands:
-            j = min(cands, key=lambda j: (j.dataset not in names, _collection(cfg, j.dataset) not in own, j.dataset))
-            out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": m}))
+    for m in sorted(models & set(own)):
+        j = own[m]
+        twin_of = {s: {o: own[o].systems[i] for o in checked if starts[o] == m and o in own}
+                   for i, s in enumerate(j.systems)}
+        out.append(replace(j, id=j.id + INIT, inputs=swap(j.inputs), params={**j.params, "learning_twin_of": twin_of}))
     for j in jobs:  # the objective's measure: the method says which of its systems each checked model feeds
         if j.stage == "measure" and j.params.get("learning") and j.dataset:
-            twin = importlib.import_module(j.module).learning_twin(cfg, j, set(models))
+            twin = importlib.import_module(j.module).learning_twin(cfg, j, starts)
             out += [replace(twin, module=twin.module or j.module)] if twin is not None else []
     return out
 

@@ -69,6 +69,12 @@ def init_checkpoint() -> Iterator[None]:
         _INIT_ONLY[0] = False
 
 
+def initial_only() -> bool:
+    """Whether :func:`train_loop` runs inside :func:`init_checkpoint` (lr 0, one step): a method may skip
+    what only moves weights (DensePhrases' teacher logits for L_distill: two minutes on small)."""
+    return _INIT_ONLY[0]
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """Loop settings; :meth:`from_config` reads them from a method's config section."""

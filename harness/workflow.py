@@ -125,8 +125,8 @@ def serves_map(cfg: Mapping[str, Any]) -> dict[str, str]:
     out = {_key(j): serves_text(served.get((j.stage, j.id, j.dataset), set())) for j in jobs}
     for j in jobs:  # a learning twin serves the check of its model (harness.learning), not a table
         if hplan.INIT in j.id:
-            twin_of = j.params.get("learning_twin_of") or j.id.split(hplan.INIT)[0]
-            model = ", ".join(sorted(set(twin_of.values()))) if isinstance(twin_of, Mapping) else twin_of
+            twin_of = j.params.get("learning_twin_of") or {}  # system -> {checked model: its system}
+            model = ", ".join(sorted({m for ms in twin_of.values() for m in ms})) or j.id.split(hplan.INIT)[0]
             out[_key(j)] = f"the learning check of {model} (its initial checkpoint, harness/learning.py)"
     return out
 

@@ -117,7 +117,7 @@ def test_config_checks(cfg):
 def test_variants_systems_and_jobs(cfg):
     jobs = {(j.stage, j.id): j for j in dp.declare(cfg, "densephrases")}
     assert ("train", "densephrases.qs") in jobs
-    assert jobs[("index", "densephrases.pb-c2")].params["gold_only"] is True
+    assert jobs[("index", "densephrases.pb-c4")].params["gold_only"] is True
     assert jobs[("index", "densephrases")].params["gold_only"] is False
     em = jobs[("measure", "densephrases.em")]
     assert {"densephrases", "densephrases.flat", "densephrases.opq", "densephrases.qs", "densephrases.pb-c2"} <= set(em.systems)
@@ -125,6 +125,29 @@ def test_variants_systems_and_jobs(cfg):
     assert "densephrases.rc" in rc.systems and "densephrases.shared-rc" in rc.systems
     assert dp.settings(cfg, "pb-c4")["prebatch_batches"] == 4
     assert dp.settings(cfg, "ref")["distill"] is True and dp.settings(cfg, "nodistill")["distill"] is False
+
+
+def test_a_variant_that_trains_as_an_earlier_one_reads_its_model():
+    """On smoke (and small), ``pb-c2`` is ``nodistill``'s training (prebatch C=2 at the variants' batch size, no
+    distillation): one model is trained and indexed; pb-c2 keeps its own system, search and RC figure.
+    A variant whose training equals the main model's still trains its own (its index is D_small's)."""
+    cfg = load_config()
+    assert dp.train_signature(dp.settings(cfg, "pb-c2")) == dp.train_signature(dp.settings(cfg, "nodistill"))
+    assert dp.model_of(cfg, "pb-c2") == "densephrases.nodistill" and dp.model_of(cfg, "pb-c4") == "densephrases.pb-c4"
+    jobs = {(j.stage, j.id, j.dataset): j for j in dp.declare(cfg, "densephrases")}
+    assert ("train", "densephrases.pb-c2", None) not in jobs and ("index", "densephrases.pb-c2", None) not in jobs
+    s = jobs[("search", "densephrases.pb-c2", "smoke")]
+    assert s.systems == ("densephrases.pb-c2",)
+    assert s.inputs["model"].id == s.inputs["index"].id == "densephrases.nodistill"
+    rc = jobs[("measure", "densephrases.rc", "smoke")]
+    assert rc.inputs[f"model_{rc.systems.index('densephrases.pb-c2-rc')}"].id == "densephrases.nodistill"
+    c = load_config(overrides={"methods": {"densephrases": {"variants": {"nodistill": {"distill": True}}}}})
+    assert dp.model_of(c, "pb-c2") == "densephrases.pb-c2"  # no longer the same training: its own model
+    main = dp.settings(cfg)
+    as_main = {k: main[k] for k in main["variant_overrides"]}  # undo what the variants' overrides change
+    same = load_config(overrides={"methods": {"densephrases": {"variants": {"as-main": as_main}}}})
+    assert dp.train_signature(dp.settings(same, "as-main")) == dp.train_signature(dp.settings(same))
+    assert dp.model_of(same, "as-main") == "densephrases.as-main"
 
 
 def test_an_index_variant_set_to_null_is_neither_built_nor_searched():

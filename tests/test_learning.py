@@ -21,6 +21,11 @@ def _plan(cfg):
     return hp._cached.__wrapped__(json.dumps(cfg, sort_keys=True, default=str))
 
 
+def _of(job):
+    """The checked models a twin job stands for (params learning_twin_of: system -> {model: its system})."""
+    return {m for ms in job.params["learning_twin_of"].values() for m in ms}
+
+
 def test_twins_of_each_methods_own_model():
     p = _plan(load_config())
     twins = {(j.stage, j.id, j.dataset) for j in p.jobs.values() if hp.INIT in j.id}
@@ -29,7 +34,8 @@ def test_twins_of_each_methods_own_model():
     assert ("train", "reader@init", None) not in twins  # no search job of its own to compare
     assert not any(t[1].startswith(("svdr.abl", "bpr.a", "lightretriever.nokl")) for t in twins)  # main only
     s = p.job("search", "dpr@init", "smoke")
-    assert s.params["learning_twin_of"] == "dpr" and s.systems == p.job("search", "dpr", "smoke").systems
+    assert s.systems == p.job("search", "dpr", "smoke").systems
+    assert s.params["learning_twin_of"] == {sys: {"dpr": sys} for sys in s.systems}  # its own, system by system
     assert s.inputs["model"] == hp.Ref("model", "dpr@init") and s.inputs["index"].id == "dpr@init"
     assert s.inputs["bm25_run"] == p.job("search", "dpr", "smoke").inputs["bm25_run"]  # what is not trained stays
     assert p.job("train", "dpr@init").params == {"init": True}
@@ -60,31 +66,33 @@ def test_small_checks_every_searched_model_and_ci_its_main_ones(monkeypatch):
     small = _plan(load_config(["configs/profiles/small.yaml"]))
     trained = {j.id for j in small.jobs.values() if j.stage == "train" and j.step == "train_step" and hp.INIT not in j.id}
     searched = {j.id for j in small.jobs.values() if j.stage == "search"}
-    twins = {j.params["learning_twin_of"] for j in small.jobs.values() if "learning_twin_of" in j.params
-             and j.stage == "search"}
+    twins = {m for j in small.jobs.values() if "learning_twin_of" in j.params and j.stage == "search" for m in _of(j)}
     assert len(trained & searched) >= 40 and twins == trained & searched
     assert {"bpr.a0", "svdr.abl-m1", "densephrases.ib-b84", "lightretriever.nokl", "qcr.grid-b0k0"} <= twins
     ci = _plan(load_config(["configs/profiles/small.yaml", "configs/profiles/ci.yaml"]))
-    ci_twins = {j.params["learning_twin_of"] for j in ci.jobs.values() if "learning_twin_of" in j.params
-                and j.stage == "search"}
+    ci_twins = {m for j in ci.jobs.values() if "learning_twin_of" in j.params and j.stage == "search" for m in _of(j)}
     assert ci_twins and all(t == ci.jobs[("train", t, None)].method for t in ci_twins)
     # each twin searches the test split of the model's training collection where it is searched there:
     # QCR trains on squad-open and its checks read squad-open-ir (the same collection, 2,351 questions),
     # not SciFact (300 out-of-domain queries, first by name); LightRetriever's on a training set of its own
-    on = {(j.params["learning_twin_of"], j.dataset) for j in small.jobs.values() if "learning_twin_of" in j.params
-          and j.stage == "search"}
+    on = {(m, j.dataset) for j in small.jobs.values() if "learning_twin_of" in j.params and j.stage == "search"
+          for m in _of(j)}
     assert {("qcr", "squad-open-ir"), ("qcr.grid-b0k0", "squad-open-ir"), ("dpr", "squad-open"),
             ("lightretriever", "cmrc2018")} <= on
     assert not any(d == "scifact" for _, d in on)
-    # DensePhrases' objective: one twin of the reading-comprehension job, every variant's initial
-    # checkpoint on small; ci checks its main model alone, on the same measure
+    # DensePhrases' objective: one twin of the reading-comprehension job, reading each initial checkpoint
+    # once (on small the main model's, shared's, denspi's and the one the 7 other variant models start
+    # from); ci checks its main model alone, on the same measure
     rc, rc_twin = small.job("measure", "densephrases.rc", "squad-open"), small.job("measure", "densephrases.rc@init", "squad-open")
-    assert rc_twin.systems == rc.systems and len(rc.systems) >= 10 and rc_twin.step == rc.step
-    assert rc_twin.params["learning_twin_of"]["densephrases.none-b48-rc"] == "densephrases.none-b48"
+    assert len(rc.systems) >= 10 and rc_twin.step == rc.step and set(rc_twin.systems) < set(rc.systems)
+    assert _of(rc_twin) == {r.id for k, r in rc.inputs.items() if k.startswith("model_")}  # every model it reads
+    start = next(s for s, ms in rc_twin.params["learning_twin_of"].items() if "densephrases.none-b48" in ms)
+    assert rc_twin.params["learning_twin_of"][start]["densephrases.none-b48"] == "densephrases.none-b48-rc"
     assert {r.id for k, r in rc_twin.inputs.items() if k.startswith("model_")} == {
-        r.id + hp.INIT for k, r in rc.inputs.items() if k.startswith("model_")}
+        small.job("search", s.removesuffix("-rc").removesuffix(".rc"), "squad-open").inputs["model"].id + hp.INIT
+        for s in rc_twin.systems}
     assert ci.job("measure", "densephrases.rc@init", "squad-open").params["learning_twin_of"] == {
-        "densephrases.rc": "densephrases"}
+        "densephrases.rc": {"densephrases": "densephrases.rc"}}
 
 
 def _toy(seed: int = 0):
@@ -347,21 +355,27 @@ def test_densephrases_is_checked_on_the_objective_every_variant_trains_for(tmp_p
     (search,) = learning.twin_searches(cfg, model)
     ((rc, system),) = learning.objective_twins(cfg, model)
     assert (rc.id, system) == ("densephrases.rc@init", "densephrases.none-b48-rc")
+    # none-b48 differs from the other variants in training alone: it is compared with the twin of the
+    # first of them, whose systems carry that variant's name
+    twin_sys = {j.stage: ts for j, ts, s, _ in learning.comparisons(cfg, model)}
+    assert twin_sys["search"] != model and twin_sys["measure"] == twin_sys["search"] + "-rc"
+    assert search.id == twin_sys["search"] + hp.INIT and len(learning.twin_searches(cfg, twin_sys["search"])) == 1
     assert hp.get(cfg).metric_jobs(system, "smoke")[0].id == "densephrases.rc"  # a twin writes no table's figure
     qs = [f"q{i}" for i in range(40)]
     hi, lo = {q: float(i % 4 > 0) for i, q in enumerate(qs)}, {q: float(i % 4 == 0) for i, q in enumerate(qs)}
 
     def check(search_trained, search_init, rc_trained, rc_init, alpha=0.05):
         _eval_at(cfg, model, search.dataset, model, search_trained, "Success@5")
-        _eval_at(cfg, search.id, search.dataset, model, search_init, "Success@5")
+        _eval_at(cfg, search.id, search.dataset, twin_sys["search"], search_init, "Success@5")
         _figures(cfg, "densephrases.rc", "smoke", system, rc_trained)
-        _figures(cfg, rc.id, "smoke", system, rc_init)
+        _figures(cfg, rc.id, "smoke", twin_sys["measure"], rc_init)
         fresh = {**cfg, "learning": {**cfg["learning"], "alpha": alpha}}  # a fresh plan: nothing memoised
         return fresh, learning.verdict(fresh, model)
 
     c, v = check(lo, hi, hi, lo)
     assert v["learned"] is True and [(x["system"], x["measure"]) for x in v["init"]] == [(system, "f1"), (model, "Success@5")]
     assert math.isclose(v["init"][0]["diff"], 0.5) and v["init"][0]["queries"] == 40 and v["init"][1]["below_init"]
+    assert v["init"][1]["start"] == f"{search.id}/{twin_sys['search']}" and "(" + v["init"][1]["start"] in learning.describe(v)
     status = learning.cell_status(c, model, search.dataset)
     assert status is not None and status[0] == learning.STATUS and f"worse than {model}'s initial checkpoint" in status[1]
     assert learning.cell_status(c, system, "smoke") is None
@@ -382,3 +396,23 @@ def test_densephrases_is_checked_on_the_objective_every_variant_trains_for(tmp_p
     assert v["learned"] is False
     status = learning.cell_status(c, system, "smoke")
     assert status is not None and f"model {model} did not learn" in status[1] and "f1 on smoke" in status[1]
+
+
+def test_models_that_start_from_one_checkpoint_share_one_twin(monkeypatch):
+    """DensePhrases' variants differ in training only, so their initial checkpoints, D_small indexes and
+    searches are one computation: on small, one twin stands for the 7 variant models of the main
+    architecture; shared encoders (Share) and split vectors (DenSPI) start elsewhere, the main model
+    (its own dump) too. A variant whose setting outside training differs gets its own twin."""
+    monkeypatch.setenv("HARNESS_DATA_MIRROR", "/nonexistent")
+    small = _plan(load_config(["configs/profiles/small.yaml"]))
+    dp = {j.id: _of(j) for j in small.jobs.values() if j.stage == "search" and hp.INIT in j.id
+          and j.method == "densephrases"}
+    assert set(dp) == {"densephrases@init", "densephrases.denspi@init", "densephrases.shared@init", "densephrases.ib-b48@init"}
+    assert len(dp["densephrases.ib-b48@init"]) == 7 and "densephrases.ref" in dp["densephrases.ib-b48@init"]
+    assert ("train", "densephrases.ref@init", None) not in small.jobs and ("train", "densephrases.ib-b48@init", None) in small.jobs
+    assert sum(1 for j in small.jobs.values() if j.stage == "index" and hp.INIT in j.id and j.method == "densephrases") == 4
+    own = load_config(["configs/profiles/small.yaml"], overrides={"methods": {"densephrases": {"variants": {"ref": {"p_max_len": 128}}}}})
+    p = _plan(own)
+    assert ("search", "densephrases.ref@init", "squad-open") in p.jobs
+    assert _of(p.job("search", "densephrases.ref@init", "squad-open")) == {"densephrases.ref"}
+    assert len(_of(p.job("search", "densephrases.ib-b48@init", "squad-open"))) == 6

@@ -186,13 +186,18 @@ def training_keys(cfg: Mapping[str, Any], name: str, *, at: Mapping[str, str | S
     return (*keys, "seed", *((f"backbones.{backbone}",) if backbone else ()))
 
 
-def variant_model_id(name: str, variant: str | None, signature: Callable[[str | None], Mapping[str, Any]]) -> str:
+def variant_model_id(name: str, variant: str | None, signature: Callable[[str | None], Mapping[str, Any]],
+                     earlier: Sequence[str] = ()) -> str:
     """The model a variant trains: ``name`` for the main model and for a variant whose training
     settings (``signature(variant)``, the fields listing ``model``) equal the main model's (it reuses
-    that model: the two train jobs' hashes would agree), else ``<name>.<variant>``."""
-    if variant is None or signature(variant) == signature(None):
+    that model: the two train jobs' hashes would agree); else the model of the first of the
+    ``earlier`` variants (those declared before it) whose settings equal its own (DensePhrases'
+    ``nodistill`` and ``pb-c2`` train the same model on small: one is trained); else ``<name>.<variant>``."""
+    if variant is None:
         return name
-    return f"{name}.{variant}"
+    own = signature(variant)
+    first = next((v for v in (None, *earlier) if v != variant and signature(v) == own), variant)
+    return name if first is None else f"{name}.{first}"
 
 
 def wants_gpu(cfg: Mapping[str, Any], name: str) -> bool:

@@ -50,7 +50,7 @@ from __future__ import annotations
 from harness.methods.densephrases.index import (build, choose_threshold, dump_corpus, gold_docs, gold_tokens,
                                                  index_specs, tune_threshold)
 from harness.methods.densephrases.jobs import (answer_systems, declare, learning_twin, qs_step, rc_job, search_job,
-                                                train_step)
+                                                start_key, train_step)
 from harness.methods.densephrases.measure import _time_child, measure_c3, measure_em, measure_rc, measure_speed
 from harness.methods.densephrases.model import (PhraseModel, Scored, Window, best_span, rc_predict, read_passages,
                                                 score_passages, windows)
@@ -58,7 +58,7 @@ from harness.methods.densephrases.qs import open_em, train_qs
 from harness.methods.densephrases.search import (Retriever, load_phrase_index, passage_run, phrase_answers,
                                                 run_search)
 from harness.methods.densephrases.settings import (ANSWERS, DEFAULTS, DUMP_DIR, NAME, check, em_of, model_id,
-                                                   prepare, settings, variants)
+                                                   model_of, prepare, settings, train_signature, variants)
 from harness.methods.densephrases.train import (Example, _kl, dev_questions, examples_of, neg_loss, teacher_logits,
                                                 train, train_questions)
 
@@ -68,7 +68,7 @@ __all__ = ["ANSWERS", "DEFAULTS", "DUMP_DIR", "NAME", "SCHEMA", "Example", "Phra
            "Scored", "Window", "_kl", "_time_child", "answer_systems", "best_span", "build", "check",
            "choose_threshold", "declare", "dev_questions", "dump_corpus", "em_of", "examples_of",
            "gold_docs", "gold_tokens", "index_specs", "learning_twin", "load_phrase_index", "measure_c3",
-           "measure_em", "measure_rc", "measure_speed", "model_id", "neg_loss", "open_em", "passage_run",
+           "measure_em", "measure_rc", "measure_speed", "model_id", "model_of", "neg_loss", "open_em", "passage_run",
            "phrase_answers", "prepare", "qs_step", "rc_job", "rc_predict", "read_passages", "run_search",
-           "score_passages", "search_job", "settings", "teacher_logits", "train", "train_qs",
+           "score_passages", "search_job", "settings", "start_key", "teacher_logits", "train", "train_qs", "train_signature",
            "train_questions", "train_step", "tune_threshold", "variants", "windows"]

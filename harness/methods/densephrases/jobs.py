@@ -9,7 +9,7 @@ from typing import Any
 from harness.methods.base import Context, affects, training_keys, wants_gpu
 from harness.methods.densephrases.index import index_specs
 from harness.methods.densephrases.qs import train_qs
-from harness.methods.densephrases.settings import NAME, _sys, check, model_id, settings, variants
+from harness.methods.densephrases.settings import NAME, _sys, check, model_id, model_of, settings, variants
 from harness.methods.densephrases.train import train
 from harness.job import INIT, Job, Ref
 
@@ -38,14 +38,14 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
     plus ``.flat`` / ``.opq``-style ids for the other indexes of the main model."""
     s = settings(cfg, variant)
     mid = f"{NAME}.qs" if qs_model else model_id(variant)
-    base = model_id(variant)
+    base = model_of(cfg, variant)
     names = ["main"] if (variant is not None or qs_model) else list(index_specs(s, False))
     systems = tuple(mid if n == "main" else _sys(mid, n) for n in names)
     jid = mid if split == "test" else f"{mid}.{split}"
     return Job("search", jid, name, "run_search", dataset, systems=systems, gpu=wants_gpu(cfg, name),
                params={"variant": variant, "split": split, "indexes": names, "qs": qs_model},
                keys=(*affects(name, "search"), "evaluate.depth"),
-               inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", mid),
+               inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", mid if qs_model else base),
                        "index": Ref("index", base, dataset)}, mem_mb=4000)
 
 
@@ -61,6 +61,8 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     for v in [None, *variants(s)]:
         vs = settings(cfg, v)
         mid = model_id(v)
+        if model_of(cfg, v) != mid:  # the same training as an earlier variant: its model and index serve both
+            continue
         inputs = dict(data)
         if vs["distill"] or vs["qg"]:
             inputs["reader"] = Ref("model", "reader")
@@ -102,29 +104,58 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     return jobs
 
 
-def rc_job(cfg: Mapping[str, Any], name: str, dataset: str, vs: list[str | None], init: bool = False) -> Job:
+def rc_job(cfg: Mapping[str, Any], name: str, dataset: str, vs: list[str | None],
+           twin_of: Mapping[str, Mapping[str, str]] | None = None) -> Job:
     """Reading comprehension (D = {p}) of the models of variants ``vs`` on ``dataset``: system ``i``
-    (``densephrases.rc``, ``densephrases.<v>-rc``) reads model ``i``. It scores the objective every
-    variant trains for (L_single, Eq. 6: the answer's span within its gold passage; Table 6's "None"
-    trains on nothing else), so the learning check compares it with the models' start beside their
-    search (params ``learning``: each question's F1, graded as the search's nDCG@10 is); ``init``: the
-    check's twin, on the models' initial checkpoints."""
+    (``densephrases.rc``, ``densephrases.<v>-rc``) reads variant ``i``'s model. It scores the objective
+    every variant trains for (L_single, Eq. 6: the answer's span within its gold passage; Table 6's
+    "None" trains on nothing else), so the learning check compares it with the models' start beside
+    their search (params ``learning``: each question's F1, graded as the search's nDCG@10 is).
+    ``twin_of``: the check's twin (harness.plan.learning_twins), on the initial checkpoints of ``vs``'
+    models; system -> {checked model: its own system of this measure} (params ``learning_twin_of``)."""
     systems = tuple(_sys(model_id(v), "rc") for v in vs)
     params: dict[str, Any] = {"variants": vs, "learning": "f1"}
-    if init:
-        params["learning_twin_of"] = {sid: model_id(v) for sid, v in zip(systems, vs, strict=True)}
-    return Job("measure", f"{NAME}.rc" + (INIT if init else ""), name, "measure_rc", dataset, systems=systems,
+    if twin_of is not None:
+        params["learning_twin_of"] = {k: dict(m) for k, m in twin_of.items()}
+    init = INIT if twin_of is not None else ""
+    return Job("measure", f"{NAME}.rc{init}", name, "measure_rc", dataset, systems=systems,
                params=params, keys=(*affects(name, "measure.rc"), f"datasets.{dataset}.answer_rule"),
                inputs={"data": Ref("data", dataset=dataset),
                        "train_data": Ref("data", dataset=settings(cfg)["train_dataset"]),
-                       **{f"model_{i}": Ref("model", model_id(v) + (INIT if init else "")) for i, v in enumerate(vs)}})
+                       **{f"model_{i}": Ref("model", model_of(cfg, v) + init) for i, v in enumerate(vs)}})
 
 
-def learning_twin(cfg: Mapping[str, Any], job: Job, checked: set[str]) -> Job | None:
+def learning_twin(cfg: Mapping[str, Any], job: Job, starts: Mapping[str, str]) -> Job | None:
     """The learning check's twin of the reading-comprehension job ``job`` (harness.plan.learning_twins):
-    the same measure of those of its models that are ``checked``, on their initial checkpoints."""
-    vs = [v for v in job.params["variants"] if model_id(v) in checked]
-    return rc_job(cfg, job.method, str(job.dataset), vs, init=True) if vs else None
+    the same measure on the initial checkpoints that stand for its checked models (``starts``: checked
+    model -> the model whose ``@init`` twin is its start), each read once."""
+    twin_of: dict[str, dict[str, str]] = {}
+    firsts: dict[str, str | None] = {}  # start model -> the first variant of the job whose model starts there
+    for v, own in zip(job.params["variants"], job.systems, strict=True):
+        m = model_of(cfg, v)
+        if m in starts:
+            first = firsts.setdefault(starts[m], v)
+            twin_of.setdefault(_sys(model_id(first), "rc"), {}).setdefault(m, own)
+    return rc_job(cfg, job.method, str(job.dataset), list(firsts.values()), twin_of=twin_of) if twin_of else None
+
+
+#: settings only training reads: a variant's initial checkpoint, index and search do not depend on them
+TRAINING_ONLY = frozenset({"epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "grad_clip", "grad_accum",
+                           "save_every", "max_train_questions", "loss_weights", "negatives", "prebatch_batches",
+                           "prebatch_start", "distill", "distill_direction", "qg", "log_every", "variants",
+                           "variant_overrides"})
+
+
+def start_key(cfg: Mapping[str, Any], job: Job) -> Any:
+    """What makes model ``job``'s initial checkpoint, and its twins' index and search, what they are
+    (harness.plan.learning_twins: checked models with equal keys share one ``@init`` twin): a variant's
+    settings but for what only training reads (the variants' D_small indexes and searches are one
+    configuration; on small, 7 of the 9 variant models start from one checkpoint); the main model (its
+    own dump and indexes) its own id."""
+    v = job.params.get("variant")
+    if v is None or job.step != "train_step":
+        return job.id
+    return sorted((k, repr(x)) for k, x in settings(cfg, v).items() if k not in TRAINING_ONLY)
 
 
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.methods.base import model_fields, variant_model_id
 from harness.settings import fragment_defaults
 from harness.errors import ConfigError
 from harness.recording import merged
@@ -15,6 +16,7 @@ DEFAULTS = fragment_defaults(__file__, SCHEMA)
 NESTED = ("loss_weights", "filter", "search", "qs", "timing", "dsmall")
 NESTED_DEFAULTS = {key: fragment_defaults(__file__, SCHEMA, key) for key in NESTED}
 NAME = "densephrases"
+MODEL_FIELDS = model_fields(__file__, SCHEMA)
 ENCODERS = ("phrase_encoder", "question_start", "question_end")
 HEADS_FILE = "filter.pt"
 INFO_FILE = "densephrases.json"
@@ -43,8 +45,26 @@ def variants(s: Mapping[str, Any]) -> list[str]:
 
 
 def model_id(v: str | None) -> str:
-    """Job id and system id of a model: ``densephrases`` or ``densephrases.<variant>``."""
+    """System id of a model (and job id of the model it trains where it trains its own, :func:`model_of`):
+    ``densephrases`` or ``densephrases.<variant>``."""
     return NAME if v is None else f"{NAME}.{v}"
+
+
+def train_signature(s: Mapping[str, Any]) -> dict[str, Any]:
+    """What a model's training reads: the fields whose ``x-affects`` lists ``model``."""
+    return {k: s.get(k) for k in MODEL_FIELDS}
+
+
+def model_of(cfg: Mapping[str, Any], v: str | None) -> str:
+    """The model variant ``v``'s jobs read: its own (``model_id(v)``), or that of the first variant
+    declared before it whose training settings equal its own (one model trained once: on small,
+    ``nodistill`` and ``pb-c2`` are the same settings). A variant never reuses the main model: its
+    index is D_small's, not the main dump."""
+    if v is None:
+        return NAME
+    vs = variants(settings(cfg))
+    earlier = vs[:vs.index(v)] if v in vs else []
+    return variant_model_id(NAME, v, lambda u: {"variant": u is not None, **train_signature(settings(cfg, u))}, earlier)
 
 
 def _sys(mid: str, suffix: str) -> str:

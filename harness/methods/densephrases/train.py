@@ -274,7 +274,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     docs = {d.id: d for d in store.iter_corpus(inputs["data"])}
     questions = train_questions(cfg, s)
     qg_stats = None
-    if s["qg"]:
+    if s["qg"] and not loop.initial_only():  # the initial checkpoint: no generated question moves a weight
         generated, qg_stats = generate_questions(cfg, s, inputs, [docs[g] for g in dict.fromkeys(
             g for q in questions for g in (q.gold or []) if g in docs)])
         questions = [*generated, *questions]
@@ -282,7 +282,8 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     if len(exs) < 2:
         raise DataError(f"{inputs['data']}: {len(exs)} training question(s) with an answer in their gold passage "
                         f"({stats}); DensePhrases cannot train")
-    teacher = teacher_logits(cfg, inputs["reader"], exs) if s["distill"] else None
+    # the initial checkpoint (lr 0) moves no weight: the teacher's logits would change only its one logged loss
+    teacher = teacher_logits(cfg, inputs["reader"], exs) if s["distill"] and not loop.initial_only() else None
     index_of = {e.qid: i for i, e in enumerate(exs)}
     ts = loop.TrainSettings.from_config(s, log_every=20)
     total = loop.total_steps(len(exs), ts.batch_size, ts.epochs, ts.grad_accum)
