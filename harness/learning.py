@@ -17,6 +17,11 @@ Two parts, both recorded, both required:
   ``alpha`` divided by their number): a model that learned to read its passage but not to tell
   passages apart learned, and its search, below its start, marks its own cells.
 
+Models whose initial checkpoint, index and search are one computation (equal ``start_key`` of their
+method: DensePhrases' variants that differ in training alone) share one twin: each is compared with
+the twin of the first of them, its system to the twin's system of the same position (``start`` in the
+comparison names it).
+
 A model that fails either part "did not learn": every table cell fed by it (its systems, and any
 system whose search reads it, however indirectly) carries that status instead of a verdict against
 the paper, with the figures in its reason.

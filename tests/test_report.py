@@ -316,7 +316,12 @@ def test_learning_page_lists_each_models_check(profile, tmp_path):
              "loss_fell": "True", "dataset": "smoke", "system": "vdr.beta", "primary": "False", "measure": "Success@5",
              "queries": "63", "trained": "0.330", "initial": "0.796", "difference": "-0.466", "ci_low": "-0.488",
              "ci_high": "-0.444", "p_one_sided": "0.9999", "beats_initial": "False", "below_initial": "True",
-             "system_check": "below its start: did not learn"}]
+             "system_check": "below its start: did not learn"},
+            {"model": "densephrases.ref", "verdict": "learned", "loss_steps": "62", "loss_first": "9.1",
+             "loss_last": "5.2", "loss_fell": "True", "dataset": "squad-open", "system": "densephrases.ref",
+             "primary": "True", "measure": "Success@5", "queries": "2351", "trained": "0.730", "initial": "0.576",
+             "difference": "0.154", "ci_low": "0.13", "ci_high": "0.17", "p_one_sided": "0.0001",
+             "beats_initial": "True", "start": "densephrases.ib-b48@init/densephrases.ib-b48"}]
     (tmp_path / "learning").mkdir()
     with open(tmp_path / "learning" / "smoke.csv", "w", encoding="utf-8", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
@@ -328,6 +333,8 @@ def test_learning_page_lists_each_models_check(profile, tmp_path):
     assert "5.7 → 0.6 (96)" in page and "+0.549 [+0.439, +0.654]" in page
     # a system below its start, under a model that learned: its own row says so
     assert "<td>vdr.beta</td>" in page and "<span class='status nolearn'>did not learn</span> below its start</td>" in page
+    # a twin shared by models that start from one checkpoint is named beside the initial value
+    assert "<td>0.576 <span class='small'>(densephrases.ib-b48@init/densephrases.ib-b48)</span></td>" in page
     assert "learning.html" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")  # the nav links it
 
 

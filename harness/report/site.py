@@ -474,7 +474,8 @@ class Site:
                 + status_span("did not learn") + " in every table cell it feeds (harness/learning.py). The twin "
                 "search's other systems are compared with their own start the same way: one that training made "
                 "significantly worse is " + status_span("did not learn") + " in the cells it feeds, though its model "
-                "learned.</p>"]
+                "learned. Models whose initial checkpoint, index and search are one computation (DensePhrases' "
+                "variants that differ in training alone) share one twin, named beside their initial value.</p>"]
         cls = {"learned": "ok", "did not learn": "nolearn"}
 
         def check(r: Mapping[str, Any]) -> str:  # harness.learning.system_check: a system below its start did not learn
@@ -495,10 +496,11 @@ class Site:
                 ci = (f"{float(r['difference']):+.3f} [{float(r['ci_low']):+.3f}, {float(r['ci_high']):+.3f}]"
                       if r.get("ci_low") not in (None, "") else "")
                 pv = f"{float(r['p_one_sided']):.3g}" if r.get("p_one_sided") not in (None, "") else ""
+                shared = f" <span class='small'>({esc(r['start'])})</span>" if r.get("start") else ""
                 body.append(f"<tr><td>{esc(r['model'])}</td><td class='{cls.get(r['verdict'], 'text')}'>"
                             f"<span class='status {cls.get(r['verdict'], 'text')}'>{esc(r['verdict'])}</span></td>"
                             f"<td>{esc(loss)}</td><td>{esc(r.get('dataset'))}</td><td>{esc(r.get('system'))}</td>"
-                            f"<td>{esc(r.get('measure'))}</td><td>{num('trained')}</td><td>{num('initial')}</td>"
+                            f"<td>{esc(r.get('measure'))}</td><td>{num('trained')}</td><td>{num('initial')}{shared}</td>"
                             f"<td>{esc(ci)}</td><td>{esc(pv)}</td><td>{esc(r.get('queries'))}</td>"
                             f"<td>{check(r)}</td></tr>")
             body.append("</table>")
