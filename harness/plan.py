@@ -391,9 +391,11 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
 
     Checked models whose start is one computation share one twin: the method's
     ``start_key(cfg, train_job)`` (where its module has one) says what makes a model's initial
-    checkpoint, its index and its search what they are, and models of one method with equal keys,
-    searched on the same dataset, are compared with the twin of the first of them (DensePhrases'
-    variants differ in training only: on small, 7 of them share one ``@init``).
+    checkpoint, its index and its search what they are (harness.methods.base.start_key: its settings
+    but for those only training reads), and models of one method with equal keys, searched on the
+    same dataset with systems of the same kinds, are compared with the twin of the first of them
+    (variants that differ in training alone: on small, 7 of DensePhrases' share one ``@init``, 8 of
+    BPR's, 6 of SVDR's).
 
     A measure job that scores a model's own training objective (params ``learning``: the name of the
     per-question figure its files list, e.g. DensePhrases' reading comprehension, ``f1``) gets a twin
@@ -417,7 +419,8 @@ def learning_twins(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[Job]:
     for m, job in checked.items():
         module = importlib.import_module(job.module)
         key = module.start_key(cfg, job) if hasattr(module, "start_key") else m
-        where = (own[m].dataset, len(own[m].systems)) if m in own else None
+        # the same dataset and systems of the same kinds (``<model>-rescore``...): compared position by position
+        where = (own[m].dataset, [s.removeprefix(m) for s in own[m].systems]) if m in own else None
         starts[m] = firsts.setdefault(json.dumps([job.method, key, where], sort_keys=True, default=str), m)
     models = set(starts.values())
     out = [replace(j, id=j.id + INIT, params={**j.params, "init": True}) for j in checked.values() if j.id in models]

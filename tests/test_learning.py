@@ -402,7 +402,8 @@ def test_models_that_start_from_one_checkpoint_share_one_twin(monkeypatch):
     """DensePhrases' variants differ in training only, so their initial checkpoints, D_small indexes and
     searches are one computation: on small, one twin stands for the 7 variant models of the main
     architecture; shared encoders (Share) and split vectors (DenSPI) start elsewhere, the main model
-    (its own dump) too. A variant whose setting outside training differs gets its own twin."""
+    (its own dump) too. So for BPR's train variants, SVDR's ablations, QCR's models of one K and
+    LightRetriever's no-KL variant. A variant whose setting outside training differs gets its own twin."""
     monkeypatch.setenv("HARNESS_DATA_MIRROR", "/nonexistent")
     small = _plan(load_config(["configs/profiles/small.yaml"]))
     dp = {j.id: _of(j) for j in small.jobs.values() if j.stage == "search" and hp.INIT in j.id
@@ -411,6 +412,13 @@ def test_models_that_start_from_one_checkpoint_share_one_twin(monkeypatch):
     assert len(dp["densephrases.ib-b48@init"]) == 7 and "densephrases.ref" in dp["densephrases.ib-b48@init"]
     assert ("train", "densephrases.ref@init", None) not in small.jobs and ("train", "densephrases.ib-b48@init", None) in small.jobs
     assert sum(1 for j in small.jobs.values() if j.stage == "index" and hp.INIT in j.id and j.method == "densephrases") == 4
+    shared = {j.id: _of(j) for j in small.jobs.values() if j.stage == "search" and hp.INIT in j.id and len(_of(j)) > 1}
+    assert {k: len(v) for k, v in shared.items()} == {  # variants that differ in training alone, method by method
+        "bpr.a0@init": 8, "densephrases.ib-b48@init": 7, "lightretriever.nokl@init": 2, "qcr.grid-b0k0@init": 2,
+        "qcr.noent@init": 3, "svdr.abl-m1@init": 6}
+    assert "qcr.grid-b1k0" in shared["qcr.grid-b0k0@init"] and "qcr.grid-b1k1" in shared["qcr.noent@init"]  # K apart
+    mains = {j.method for j in small.jobs.values() if j.stage == "search" and j.id == j.method + hp.INIT}
+    assert mains >= {"bpr", "densephrases", "dpr", "lightretriever", "qcr", "svdr", "vdr"}  # each main model its own
     own = load_config(["configs/profiles/small.yaml"], overrides={"methods": {"densephrases": {"variants": {"ref": {"p_max_len": 128}}}}})
     p = _plan(own)
     assert ("search", "densephrases.ref@init", "squad-open") in p.jobs

@@ -1,7 +1,7 @@
 """What every method step receives: the config, the method's section, the dataset folder."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -198,6 +198,24 @@ def variant_model_id(name: str, variant: str | None, signature: Callable[[str | 
     own = signature(variant)
     first = next((v for v in (None, *earlier) if v != variant and signature(v) == own), variant)
     return name if first is None else f"{name}.{first}"
+
+
+#: settings only a training loop reads, common to the methods' schemas (each method adds its losses'):
+#: a variant that differs from another in these alone starts from the same checkpoint (:func:`start_key`)
+TRAINING_ONLY = frozenset({"epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "grad_clip", "grad_accum",
+                           "save_every", "log_every", "max_train_questions", "hard_negatives", "variants",
+                           "variant_overrides"})
+
+
+def start_key(job_id: str, variant: str | None, settings: Mapping[str, Any], training_only: Iterable[str]) -> Any:
+    """What makes a variant model's initial checkpoint, and its learning twins' index and search, what
+    they are (harness.plan.learning_twins: checked models of a method with equal keys share one
+    ``@init`` twin): its effective ``settings`` but for ``training_only`` and :data:`TRAINING_ONLY`.
+    The main model (``variant`` None) keys on its own id: its indexes and searches are its own."""
+    if variant is None:
+        return job_id
+    skip = TRAINING_ONLY | set(training_only)
+    return sorted((k, repr(x)) for k, x in settings.items() if k not in skip)
 
 
 def wants_gpu(cfg: Mapping[str, Any], name: str) -> bool:

@@ -49,7 +49,8 @@ from harness.methods.bpr.search import Encoder, Retriever, Searcher
 from harness.methods.bpr.measure import efficiency, time_per_question
 from harness.methods.bpr.scale import SYNTHETIC_NOTE, paper_table1, scale_efficiency
 from harness.methods.bpr.jobs import (build, build_baseline, build_hash, declare, measure_efficiency, measure_scale,
-                                      run_baselines, run_search, run_variant, search_job, train_step)
+                                      run_baselines, run_search, run_variant, search_job, start_key,
+                                      train_step)
 
 SCHEMA = "schema.yaml"
 
@@ -64,6 +65,6 @@ __all__ = [
     "Encoder", "Retriever",
     "time_per_question", "efficiency", "scale_efficiency", "paper_table1",
     # plan: jobs and the steps they name
-    "declare", "search_job", "train_step", "build", "build_hash", "build_baseline", "run_search", "run_variant",
+    "declare", "search_job", "start_key", "train_step", "build", "build_hash", "build_baseline", "run_search", "run_variant",
     "run_baselines", "measure_efficiency", "measure_scale",
 ]

@@ -12,7 +12,7 @@ from harness.artifacts import hits_from_rows, read_docids, write_run_with_meta
 from harness.datasets import store
 from harness.io import write_json
 from harness.methods import dpr
-from harness.methods.base import Context, affects, training_keys, wants_gpu
+from harness.methods.base import Context, affects, start_key as base_start_key, training_keys, wants_gpu
 from harness.methods.bpr.index import build_binary_index, build_dpr_baseline, build_index
 from harness.methods.bpr.measure import efficiency
 from harness.methods.bpr.scale import scale_efficiency
@@ -85,6 +85,19 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
                         keys=("seed", "timing", "evaluate.depth", *affects(name, "measure.scale"), f"datasets.{d}"),
                         systems=("dpr", "dpr.hnsw", "dpr.lsh", "dpr.pq", "bpr.bflat", "bpr.bhash", "bpr.no-rerank")))
     return jobs
+
+
+
+#: settings only BPR's training reads (beside harness.methods.base.TRAINING_ONLY): L_cand, L_rerank, beta's schedule
+TRAINING_ONLY = ("gamma", "cand_loss", "margin", "cand_reduction")
+
+
+def start_key(cfg: Mapping[str, Any], job: Job) -> Any:
+    """What makes model ``job``'s initial checkpoint and its twins' search what they are
+    (harness.methods.base.start_key): on small the 8 train variants (Tables 7 / 9: gamma, the
+    candidate loss, alpha) start from one checkpoint and are searched alike."""
+    v = job.params.get("variant")
+    return base_start_key(job.id, v, settings(cfg, v) if v is not None else {}, TRAINING_ONLY)
 
 
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.methods.base import Context, affects, training_keys, wants_gpu
+from harness.methods.base import Context, affects, start_key as base_start_key, training_keys, wants_gpu
 from harness.methods.densephrases.index import index_specs
 from harness.methods.densephrases.qs import train_qs
 from harness.methods.densephrases.settings import NAME, _sys, check, model_id, model_of, settings, variants
@@ -139,23 +139,17 @@ def learning_twin(cfg: Mapping[str, Any], job: Job, starts: Mapping[str, str]) -
     return rc_job(cfg, job.method, str(job.dataset), list(firsts.values()), twin_of=twin_of) if twin_of else None
 
 
-#: settings only training reads: a variant's initial checkpoint, index and search do not depend on them
-TRAINING_ONLY = frozenset({"epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "grad_clip", "grad_accum",
-                           "save_every", "max_train_questions", "loss_weights", "negatives", "prebatch_batches",
-                           "prebatch_start", "distill", "distill_direction", "qg", "log_every", "variants",
-                           "variant_overrides"})
+#: settings only DensePhrases' training reads (beside harness.methods.base.TRAINING_ONLY)
+TRAINING_ONLY = ("loss_weights", "negatives", "prebatch_batches", "prebatch_start", "distill", "distill_direction", "qg")
 
 
 def start_key(cfg: Mapping[str, Any], job: Job) -> Any:
     """What makes model ``job``'s initial checkpoint, and its twins' index and search, what they are
-    (harness.plan.learning_twins: checked models with equal keys share one ``@init`` twin): a variant's
-    settings but for what only training reads (the variants' D_small indexes and searches are one
-    configuration; on small, 7 of the 9 variant models start from one checkpoint); the main model (its
-    own dump and indexes) its own id."""
+    (harness.methods.base.start_key): the variants' D_small indexes and searches are one configuration,
+    so on small 7 of the 9 variant models start from one checkpoint; the main model (its own dump and
+    indexes) is its own."""
     v = job.params.get("variant")
-    if v is None or job.step != "train_step":
-        return job.id
-    return sorted((k, repr(x)) for k, x in settings(cfg, v).items() if k not in TRAINING_ONLY)
+    return base_start_key(job.id, v, settings(cfg, v) if v is not None else {}, TRAINING_ONLY)
 
 
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from harness.methods.lightretriever.jobs import (
     measure_speed,
     run_search,
     search_job,
+    start_key,
     train_step,
 )
 from harness.methods.lightretriever.model import LightModel, contrastive, flops, kl_align, ramp, token_vectors
@@ -53,6 +54,6 @@ from harness.methods.lightretriever.train import train
 
 SCHEMA = "schema.yaml"
 
-__all__ = ["SCHEMA", "declare", "search_job", "train_step", "build", "run_search", "measure_fig5", "measure_speed",
+__all__ = ["SCHEMA", "declare", "search_job", "start_key", "train_step", "build", "run_search", "measure_fig5", "measure_speed",
            "settings", "train", "LightModel", "token_vectors", "contrastive", "flops", "kl_align", "ramp", "impacts",
            "_sparse_queries", "_topk_rows", "Retriever"]

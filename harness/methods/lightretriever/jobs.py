@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.methods.base import Context, affects, training_keys, wants_gpu
+from harness.methods.base import Context, affects, start_key as base_start_key, training_keys, wants_gpu
 from harness.methods.lightretriever import measure
 from harness.methods.lightretriever.index import build_index
 from harness.methods.lightretriever.search import Searcher
@@ -130,6 +130,18 @@ def _fig5_jobs(cfg: Mapping[str, Any], s: Mapping[str, Any]) -> list[Job]:
 
 # --------------------------------------------------------------------------------------------
 # steps
+
+
+
+#: settings only LightRetriever's training reads (beside harness.methods.base.TRAINING_ONLY): its losses
+TRAINING_ONLY = ("kl", "flops_weight", "flops_ramp_steps", "temperature", "sparse_temperature", "grad_cache_chunk")
+
+
+def start_key(cfg: Mapping[str, Any], job: Job) -> Any:
+    """What makes model ``job``'s initial checkpoint and its twins' indexes and search what they are
+    (harness.methods.base.start_key): on small the no-KL variant starts where ``ref`` does."""
+    v = job.params.get("variant")
+    return base_start_key(job.id, v, settings(cfg, v) if v is not None else {}, TRAINING_ONLY)
 
 
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from harness.methods.qcr.jobs import (
     run_kmeans,
     run_search,
     search_job,
+    start_key,
     train_kmeans,
     train_step,
 )
@@ -75,5 +76,5 @@ __all__ = [
     "code_strings", "codebook_size", "crop_query", "declare", "distance_matrix", "entropy_loss",
     "generate_queries", "grad_cache_step", "grid_models", "late_interaction", "measure_analysis",
     "measure_efficiency", "measure_fig3", "model_id", "prequant", "qcr_loss", "rescore", "rescore_run",
-    "run_kmeans", "run_search", "search_job", "settings", "train_kmeans", "train_step",
+    "run_kmeans", "run_search", "search_job", "settings", "start_key", "train_kmeans", "train_step",
 ]

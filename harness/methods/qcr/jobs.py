@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.fusion import fusion_job
 from harness.job import Job, Ref
-from harness.methods.base import Context, affects, training_keys, variant_model_id, wants_gpu
+from harness.methods.base import Context, affects, start_key as base_start_key, training_keys, variant_model_id, wants_gpu
 from harness.methods.qcr.index import code_index, nopos_index, words_index
 from harness.methods.qcr.kmeans import fit_centroids, kmeans_index, kmeans_runs
 from harness.methods.qcr.measure import analysis, efficiency, fig3
@@ -191,6 +191,26 @@ def _measure_jobs(name: str, s: Mapping[str, Any], datasets: list[str], models: 
 
 # --------------------------------------------------------------------------------------------
 # steps: step(ctx, job, inputs, out) -> info for meta.json
+
+
+
+#: settings only QCR's training reads (beside harness.methods.base.TRAINING_ONLY): the loss, the training
+#: texts; ``schedule`` stands in the key as the code counts it sets (:func:`start_key`)
+TRAINING_ONLY = ("entropy_weight", "training_data", "crop", "generator", "schedule", "chunk_size")
+
+
+def start_key(cfg: Mapping[str, Any], job: Job) -> Any:
+    """What makes model ``job``'s initial checkpoint and its twins' indexes and search what they are
+    (harness.methods.base.start_key): the schedule's steps and batch sizes are training's, its code
+    counts are not (the tokenizer's [QCR<i>] tokens, K at inference); on small the K-32 grid models
+    and the no-entropy variant start from one checkpoint, the K-8 grid models from another."""
+    from harness.methods.qcr.settings import codes_k, max_codes
+
+    v = job.params.get("variant")
+    if v is None:
+        return job.id
+    s = settings(cfg, v)
+    return [("codes", codes_k(s), max_codes(s)), *base_start_key(job.id, v, s, TRAINING_ONLY)]
 
 
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

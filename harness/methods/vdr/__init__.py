@@ -48,7 +48,7 @@ from harness.methods.vdr.index import (EMB_INDEX_FILE, TOKEN_INDEX_FILE, build_t
 from harness.methods.vdr.jobs import (SEARCH_VARIANTS, build_emb, build_token, declare, measure_baselines,
                                       measure_index, measure_intrain, measure_latency, measure_scale,
                                       measure_synthetic, model_id, run_ablation_search, run_search,
-                                      search_job, train_step)
+                                      search_job, start_key, train_step)
 from harness.methods.vdr.measure import (intrain, latency, latency_baselines, latency_rerank,
                                          write_index_metrics)
 from harness.methods.vdr.model import (CHUNK_TOKENS, HEAD_FILE, MODEL_SETTINGS, VDREncoder, VDRModel,
@@ -72,7 +72,7 @@ __all__ = ["CHUNK_TOKENS", "DEFAULTS", "EMB_INDEX_FILE", "Encoder", "Retriever",
            "latency_baselines", "latency_rerank", "load_token_index", "max_project", "max_project_grad",
            "measure_baselines", "measure_index", "measure_intrain", "measure_latency", "measure_scale",
            "measure_synthetic", "model_id", "paper_figures", "passage_text", "run_ablation_search",
-           "run_search", "scale_measure", "scale_settings", "search_ablation", "search_job",
+           "run_search", "scale_measure", "scale_settings", "search_ablation", "search_job", "start_key",
            "search_variants", "settings", "svdr_loss", "synthetic", "synthetic_defaults",
            "synthetic_postings", "synthetic_queries", "token_ids", "topk_rows", "train",
            "train_signature", "train_step", "write_emb_index", "write_index_metrics", "write_token_index",

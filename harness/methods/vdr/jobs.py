@@ -7,7 +7,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.methods import METHODS
-from harness.methods.base import Context, affects, training_keys, wants_gpu
+from harness.methods.base import Context, affects, start_key as base_start_key, training_keys, wants_gpu
 from harness.methods.vdr.index import write_emb_index, write_token_index
 from harness.methods.vdr.measure import (intrain, latency, latency_baselines, latency_rerank,
                                          write_index_metrics)
@@ -178,6 +178,21 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
 
 
 # ---- steps: step(ctx, job, inputs, out) -> info for meta.json ---------------------------------
+
+#: settings only VDR's training reads (beside harness.methods.base.TRAINING_ONLY): the losses, the
+#: retrieved negatives' schedule and pool
+TRAINING_ONLY = ("sp_loss", "loss", "temperature", "retrieval_start", "retrieval_top_m")
+
+
+def start_key(cfg: Mapping[str, Any], job: Job) -> Any:
+    """What makes model ``job``'s initial checkpoint and its twins' indexes and search what they are
+    (harness.methods.base.start_key): on small SVDR's ablation models (Table 5: m, retrieval negatives,
+    hard negatives, the semi-parametric loss) start from one checkpoint and are searched alike."""
+    a = job.params.get("ablation")
+    return base_start_key(job.id, a, settings(cfg["methods"][job.method], a, job.method) if a is not None else {},
+                          TRAINING_ONLY)
+
+
 def train_step(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     return train(ctx, out, inputs["negatives"], token_index_dir=inputs["token_index"],
                  ablation=job.params.get("ablation"))
