@@ -19,10 +19,11 @@ def _train_keys(cfg: Mapping[str, Any], s: Mapping[str, Any], v: str | None) -> 
     return keys if v is None else (*keys, *affects(NAME, "model.variant", at={"variants": v}))
 
 
-def _variant_keys(v: str | None) -> tuple[str, ...]:
-    """A variant's own settings, which its search and RC steps read: hashed there as well as through its
-    model, since a variant may read an earlier variant's model (:func:`model_of`)."""
-    return () if v is None else affects(NAME, "model.variant", at={"variants": v})
+def _variant_keys(v: str | None, artifact: str) -> tuple[str, ...]:
+    """A variant's own settings, which its search and RC steps read (``artifact``: ``search.variant``,
+    ``measure.variant``): hashed there as well as through its model, since a variant may read an earlier
+    variant's model (:func:`model_of`)."""
+    return () if v is None else affects(NAME, artifact, at={"variants": v})
 
 
 def answer_systems(cfg: Mapping[str, Any], s: Mapping[str, Any], dataset: str) -> list[tuple[str, Job]]:
@@ -50,7 +51,7 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
     jid = mid if split == "test" else f"{mid}.{split}"
     return Job("search", jid, name, "run_search", dataset, systems=systems, gpu=wants_gpu(cfg, name),
                params={"variant": variant, "split": split, "indexes": names, "qs": qs_model},
-               keys=(*affects(name, "search"), "evaluate.depth", *_variant_keys(variant)),
+               keys=(*affects(name, "search"), "evaluate.depth", *_variant_keys(variant, "search.variant")),
                inputs={"data": Ref("data", dataset=dataset), "model": Ref("model", mid if qs_model else base),
                        "index": Ref("index", base, dataset)}, mem_mb=4000)
 
@@ -126,7 +127,7 @@ def rc_job(cfg: Mapping[str, Any], name: str, dataset: str, vs: list[str | None]
     init = INIT if twin_of is not None else ""
     return Job("measure", f"{NAME}.rc{init}", name, "measure_rc", dataset, systems=systems,
                params=params, keys=(*affects(name, "measure.rc"), f"datasets.{dataset}.answer_rule",
-                                    *dict.fromkeys(k for v in vs for k in _variant_keys(v))),
+                                    *dict.fromkeys(k for v in vs for k in _variant_keys(v, "measure.variant"))),
                inputs={"data": Ref("data", dataset=dataset),
                        "train_data": Ref("data", dataset=settings(cfg)["train_dataset"]),
                        **{f"model_{i}": Ref("model", model_of(cfg, v) + init) for i, v in enumerate(vs)}})
