@@ -331,6 +331,11 @@ def test_ablation_reuse_and_settings():
     assert s["hard_negatives"] == 0 and s["batch_size"] == 2 * cfg["methods"]["svdr"]["batch_size"]
     cfg["methods"]["svdr"]["variant_overrides"] = {"epochs": 1}
     assert vdr.model_id(cfg, "svdr", "ref") == "svdr.abl-ref"
+    cfg["methods"]["svdr"]["variants"]["ref-again"] = {}          # trains as ref, declared after it: reads ref's model
+    cfg["methods"]["svdr"]["variants"]["m1-again"] = {"retrieval_top_m": 1}
+    assert vdr.model_id(cfg, "svdr", "ref-again") == "svdr.abl-ref"
+    assert vdr.model_id(cfg, "svdr", "m1-again") == "svdr.abl-m1"
+    assert vdr.model_id(cfg, "svdr", "m1") == "svdr.abl-m1"         # the first of equals keeps its own
     with pytest.raises(ConfigError, match="did you mean 'm100'"):
         vdr.settings(cfg["methods"]["svdr"], "m10", "svdr")
 

@@ -187,17 +187,18 @@ def training_keys(cfg: Mapping[str, Any], name: str, *, at: Mapping[str, str | S
 
 
 def variant_model_id(name: str, variant: str | None, signature: Callable[[str | None], Mapping[str, Any]],
-                     earlier: Sequence[str] = ()) -> str:
+                     earlier: Sequence[str] = (), prefix: str = "") -> str:
     """The model a variant trains: ``name`` for the main model and for a variant whose training
     settings (``signature(variant)``, the fields listing ``model``) equal the main model's (it reuses
     that model: the two train jobs' hashes would agree); else the model of the first of the
     ``earlier`` variants (those declared before it) whose settings equal its own (DensePhrases'
-    ``nodistill`` and ``pb-c2`` train the same model on small: one is trained); else ``<name>.<variant>``."""
+    ``nodistill`` and ``pb-c2`` train the same model on small: one is trained); else ``<name>.<variant>``.
+    ``prefix`` goes before a variant's name in its model id (VDR's ablations: ``svdr.abl-<a>``)."""
     if variant is None:
         return name
     own = signature(variant)
     first = next((v for v in (None, *earlier) if v != variant and signature(v) == own), variant)
-    return name if first is None else f"{name}.{first}"
+    return name if first is None else f"{name}.{prefix}{first}"
 
 
 #: settings only a training loop reads, common to the methods' schemas (each method adds its losses'):

@@ -7,7 +7,8 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.methods import METHODS
-from harness.methods.base import Context, affects, start_key as base_start_key, training_keys, wants_gpu
+from harness.methods.base import (Context, affects, start_key as base_start_key, training_keys, variant_model_id,
+                                  wants_gpu)
 from harness.methods.vdr.index import write_emb_index, write_token_index
 from harness.methods.vdr.measure import (intrain, latency, latency_baselines, latency_rerank,
                                          write_index_metrics)
@@ -40,19 +41,18 @@ def _token_owner(cfg: Mapping[str, Any], name: str) -> str:
 def model_id(cfg: Mapping[str, Any], name: str, ablation: str | None) -> str:
     """Model id of a method's main model or ablation: an ablation whose training settings equal an
     enabled family method's main model (``ref`` = svdr and ``nosp`` = vdr when variant_overrides is
-    empty), or an earlier ablation's, reuses that model."""
+    empty), or an earlier ablation's (:func:`harness.methods.base.variant_model_id`), reuses that model."""
     if ablation is None:
         return name
-    want = train_signature(settings(cfg["methods"][name], ablation, name))
+    def signature(a: str | None) -> dict[str, Any]:
+        return train_signature(settings(cfg["methods"][name], a, name))
+    want = signature(ablation)
     for other in _family(cfg):
         if train_signature(settings(cfg["methods"][other], None, other)) == want:
             return other
-    for a in cfg["methods"][name].get("variants") or {}:
-        if a == ablation:
-            break
-        if train_signature(settings(cfg["methods"][name], a, name)) == want:
-            return f"{name}.abl-{a}"
-    return f"{name}.abl-{ablation}"
+    names = list(cfg["methods"][name].get("variants") or {})
+    earlier = names[:names.index(ablation)] if ablation in names else names
+    return variant_model_id(name, ablation, signature, earlier, prefix="abl-")
 
 
 def _model_jobs(cfg: Mapping[str, Any], name: str, td: str, gpu: bool, tok: str) -> list[Job]:
