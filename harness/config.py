@@ -352,11 +352,22 @@ def check_index_specs(cfg: Mapping[str, Any]) -> None:
     walk(cfg, root, (root,), "")
 
 
+#: the option that names config files: ``--config``, or Snakemake's own ``--configfile`` (so that a
+#: command line copied from a Snakemake call works here as it stands)
+CONFIG_OPTIONS = ("--config", "--configfile")
+
+
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", nargs="*", default=[], metavar="YAML",
-        help="config files merged onto configs/default.yaml in order (e.g. configs/profiles/small.yaml)",
+        *CONFIG_OPTIONS, dest="config", nargs="*", default=[], metavar="YAML",
+        help="config files merged onto configs/default.yaml in order (e.g. configs/profiles/small.yaml); "
+             "--configfile is the same option, as Snakemake spells it",
     )
+
+
+def names_config(argv: Iterable[str]) -> bool:
+    """Whether a command line names config files (either spelling of :data:`CONFIG_OPTIONS`)."""
+    return any(a in CONFIG_OPTIONS or a.startswith(tuple(f"{o}=" for o in CONFIG_OPTIONS)) for a in argv)
 
 
 def dump(cfg: Mapping[str, Any], path: Path) -> None:

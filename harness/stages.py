@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config import add_config_argument, load_config
+from harness.config import add_config_argument, load_config, names_config
 from harness.io import atomic_path
 from harness.job import Stage
 from harness.recording import recording
@@ -221,7 +221,7 @@ def decontam(argv: list[str]) -> int:
     from harness.decontam import stage
     from harness.decontam.report import DEFAULT_K, DEFAULT_TABLE7, plan as query_sets
 
-    if not any(a == "--config" or a.startswith("--config=") for a in argv):
+    if not names_config(argv):
         return stage.main(argv)
     ap = argparse.ArgumentParser(prog="python -m harness decontam",
                                  description="the plan's decontamination job (config key decontam)",

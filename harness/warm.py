@@ -101,7 +101,7 @@ def mode_of(argv: list[str]) -> str | None:
     if key is None or key not in args and not any(a.startswith(f"{key}=") for a in args):
         return None
     ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--config", nargs="*", default=[])
+    ap.add_argument("--config", "--configfile", dest="config", nargs="*", default=[])
     known, _ = ap.parse_known_args(args)
     return numerics.mode_for(command, numerics.requested(known.config))
 

@@ -204,3 +204,18 @@ def test_dry_run_wrong_type(tmp_path):
     r = smk("--config", f"results_dir={tmp_path}", "methods={dpr: {epochs: abc}}")
     assert r.returncode != 0
     assert "methods.dpr.epochs: 'abc' is not of type 'number'" in r.stderr and "--configfile" in r.stderr
+
+
+def test_config_files_are_named_by_either_spelling():
+    """``--configfile`` (Snakemake's spelling) is the same option as ``--config`` in every command."""
+    import argparse
+
+    from harness.config import add_config_argument, names_config
+
+    ap = argparse.ArgumentParser()
+    add_config_argument(ap)
+    for argv in (["--config", "a.yaml", "b.yaml"], ["--configfile", "a.yaml", "b.yaml"]):
+        assert ap.parse_args(argv).config == ["a.yaml", "b.yaml"]
+        assert names_config(argv)
+    assert names_config(["--configfile=a.yaml"]) and names_config(["--config=a.yaml"])
+    assert not names_config(["--train", "x=y.tsv"]) and not names_config(["--configs", "a.yaml"])

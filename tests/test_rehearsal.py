@@ -166,6 +166,9 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed" in out
+    # the issue's own command line spells the option as Snakemake does
+    assert estimate.main(["--configfile", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == out
 
 
 def test_device_fallback_runs_on_the_cpu_and_records_it_or_fails_naming_the_setting():

@@ -86,7 +86,8 @@ def run_mode(mode: str, targets: list[str], config_paths: list[str], profile: st
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness bench numerics", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", nargs="*", default=[], help="profile files, as for snakemake --configfile")
+    ap.add_argument("--config", "--configfile", dest="config", nargs="*", default=[],
+                    help="profile files, as for snakemake --configfile")
     ap.add_argument("--target", nargs="+", default=["reproduce_all"],
                     help="Snakemake target(s); {R} stands for the mode's results folder, e.g. {R}/models/dpr")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
