@@ -52,8 +52,9 @@ def resources(cfg: Mapping[str, Any], stage: str, wc: Any, what: str) -> int:
     """``gpu`` (0/1), ``mem_mb``, ``runtime`` (minutes) or ``threads`` (cores the scheduler books)
     of a job, as the method declared it."""
     job = _job(cfg, stage, wc)
-    if what == "threads":  # the method's torch_threads, capped by scheduler.max_threads_per_job
-        want = (section(cfg, job.method) or {}).get("torch_threads") or 1
+    if what == "threads":  # the threads the job runs (torch's; a Lucene method's), capped by scheduler.max_threads_per_job
+        sec = section(cfg, job.method) or {}
+        want = sec.get("torch_threads") or sec.get("threads") or 1
         cap = (cfg.get("scheduler") or {}).get("max_threads_per_job")
         return 1 if stage == "evaluate" else int(min(want, cap) if cap else want)
     if what == "gpu":

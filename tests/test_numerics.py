@@ -22,8 +22,8 @@ from harness.errors import HarnessError
 #: oneDNN and faiss at lower ISAs, OpenBLAS's oldest x86-64 kernels
 OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41",
              "FAISS_SIMD_LEVEL": "NONE", "OPENBLAS_CORETYPE": "Prescott"}
-SHORT = {"methods": {"qcr": {"schedule": [{"steps": 12, "batch_size": 16, "codes": 8}]},
-                     "dpr": {"epochs": 1, "max_train_questions": 96}}}
+SHORT = {"methods": {"qcr": {"schedule": [{"steps": 4, "batch_size": 16, "codes": 8}]},
+                     "dpr": {"epochs": 1, "max_train_questions": 32}}}
 
 
 def _weights(model: Path) -> dict[str, str]:

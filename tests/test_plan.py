@@ -612,3 +612,24 @@ def test_a_pinned_config_finds_its_plan_without_serialising(monkeypatch):
     monkeypatch.setattr(hp.json, "dumps", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert hp.get(cfg) is plan and not calls
     assert hp.get(copy.deepcopy(cfg)) is plan and calls == [1]   # an equal config: found by content
+
+
+def test_threads_booked_follow_what_each_job_runs_capped_by_the_scheduler():
+    """Cores booked per job (harness.workflow.resources): a method's torch_threads, or BM25's Java
+    threads for BM25's own jobs and the negatives mined with it, capped by scheduler.max_threads_per_job
+    (default 1: two jobs share a 2-core machine; the negatives job booked 2 apart from that cap and held
+    the ci run's QCR training alone on one core for 1.7 minutes, nothing else being ready)."""
+    from harness import workflow as hwf
+
+    def threads(cfg, stage, **wc):
+        return hwf.resources(cfg, stage, SimpleNamespace(**wc), "threads")
+
+    small = load_config(["configs/profiles/small.yaml"])
+    assert threads(small, "negatives", dataset="squad-open") == 1
+    assert threads(small, "train", job="dpr") == 1
+    paper = load_config(["configs/profiles/paper.yaml"])
+    assert paper["scheduler"]["max_threads_per_job"] is None
+    assert threads(paper, "negatives", dataset="nq") == paper["methods"]["bm25"]["threads"] == 16
+    assert threads(paper, "search", job="bm25", dataset="nq") == 16
+    assert threads(paper, "train", job="dpr") == paper["methods"]["dpr"]["torch_threads"]
+    assert threads(paper, "evaluate", job="dpr", dataset="nq") == 1

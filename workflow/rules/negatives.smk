@@ -11,7 +11,7 @@ rule negatives:
         f"{R}/logs/negatives/{{dataset}}.log",
     benchmark:
         f"{R}/benchmarks/negatives/{{dataset}}.tsv"
-    threads: 2
+    threads: stage_resource("negatives", "threads")
     conda:
         "../envs/harness.yaml"
     resources:
