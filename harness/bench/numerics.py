@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from harness.config import REPO, load_config, results_root
+from harness.config import REPO, add_config_argument, load_config, results_root
 from harness.errors import ConfigError
 from harness.numerics import MODES, PORTABLE_ENV
 
@@ -86,8 +86,7 @@ def run_mode(mode: str, targets: list[str], config_paths: list[str], profile: st
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness bench numerics", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", "--configfile", dest="config", nargs="*", default=[],
-                    help="profile files, as for snakemake --configfile")
+    add_config_argument(ap)
     ap.add_argument("--target", nargs="+", default=["reproduce_all"],
                     help="Snakemake target(s); {R} stands for the mode's results folder, e.g. {R}/models/dpr")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
