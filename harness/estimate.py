@@ -118,17 +118,20 @@ def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
 
 
 def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
-            measured: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            measured: Mapping[str, Any] | None = None, measured_bytes: int | None = None) -> dict[str, Any]:
     """One job's projected cost in profile ``cfg`` from its measured ``cost`` (a rehearsal job's;
-    ``measured``: that job's config values, which say the stages a schedule ran)."""
+    ``measured``: that job's config values, which say the stages a schedule ran; ``measured_bytes``:
+    its artifact's size, projected by :func:`disk`)."""
     units, how = paper_units(cfg, job)
     out = {"job": job.id, "stage": job.stage, "dataset": job.dataset or "", "kind": "projected",
-           "measured_seconds": cost.get("seconds"), "how": how,
+           "measured_seconds": cost.get("seconds"), "how": how, "gpu_job": bool(job.gpu),
            "host_peak_gib": round(cost.get("host_peak_bytes", 0) / 2**30, 2),
            "gpu_peak_gib": round(cost["gpu_peak_bytes"] / 2**30, 2) if "gpu_peak_bytes" in cost else None,
            "hardware": cost.get("gpu") or "cpu",
            # steady: fixed seconds once + the median later step per step; whole: every second per unit
            "pricing": cost.get("pricing", "whole")}
+    projected = disk(job, units, cost, measured_bytes)
+    out["disk_gib"] = round(projected / 2**30, 3) if projected is not None else None
     staged = _per_stage(cfg, job, cost, measured or {}) if job.stage == "train" and units is not None else None
     if staged is not None:  # a schedule's stages differ in shape: one median step would misprice them
         out["seconds"], out["how"], out["pricing"] = staged[0], f"{how}: {staged[1]}", "per stage"
@@ -139,6 +142,19 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
     else:
         out["seconds"] = None
     return out
+
+
+def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes: int | None) -> float | None:
+    """Bytes of ``job``'s artifact in the profile, projected from the rehearsal's ``measured_bytes``:
+    an index (and a run file) grows with its documents (queries), so it is scaled by the profile's
+    units over the measured ones; a model is the same size whatever its steps, and a measurement is
+    kept as measured. None where nothing was measured or a count is missing."""
+    if measured_bytes is None:
+        return None
+    if job.stage in ("index", "search"):
+        measured = cost.get("units")
+        return float(measured_bytes) * units / measured if units is not None and measured else None
+    return float(measured_bytes)
 
 
 # ---- python -m harness estimate -------------------------------------------------------------------
@@ -182,7 +198,7 @@ def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
             job = p.job(stage, d["job"], d.get("dataset"))
         except ConfigError:
             continue
-        row = project(cfg, job, d["cost"], d.get("config_values"))
+        row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"))
         hw = d.get("hardware") or {}
         if row["hardware"] == "cpu" and hw.get("cpu"):
             row["hardware"] = f"{hw['cpu']} ({hw.get('cpus', '?')} cores)"
@@ -191,6 +207,36 @@ def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
         row["bytes"] = d.get("bytes")
         rows.append(row)
     return rows
+
+
+def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
+    """What the projected rows add up to: hours of the jobs the profile books a GPU for (GPU-hours)
+    and of the others (CPU jobs), the best wall time of the GPU jobs on ``gpus`` GPUs (no dependency
+    waits), the peaks, and the disk of the artifacts (indexes, dumps, models, runs); with how many
+    rows each sum rests on."""
+    known = [r for r in rows if r.get("seconds") is not None]
+    gpu_h = sum(r["seconds"] for r in known if r.get("gpu_job")) / 3600
+    cpu_h = sum(r["seconds"] for r in known if not r.get("gpu_job")) / 3600
+    sized = [r["disk_gib"] for r in rows if r.get("disk_gib") is not None]
+    host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
+    dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
+    return {"jobs": len(rows), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
+            "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
+            "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized)}
+
+
+def summary(t: Mapping[str, Any]) -> list[str]:
+    """:func:`totals` as the lines ``python -m harness estimate`` prints and the report shows."""
+    peaks = f"peak host memory {t['host_peak_gib']:.1f} GiB" if t["host_peak_gib"] is not None else "no host peak"
+    if t["gpu_peak_gib"] is not None:
+        peaks += f", peak GPU memory {t['gpu_peak_gib']:.1f} GiB"
+    return [f"jobs measured: {t['jobs']}; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}",
+            f"GPU jobs (the profile books a GPU): {t['gpu_hours']:,.1f} GPU-hours; on {t['gpus']} GPUs at best "
+            f"{t['gpu_wall_hours']:,.1f} hours wall (no dependency waits)",
+            f"CPU jobs: {t['cpu_hours']:,.1f} hours of job time",
+            peaks,
+            f"disk: {t['disk_gib']:,.1f} GiB of artifacts ({t['disk_jobs']} jobs sized: indexes and runs scaled by "
+            f"their documents and queries, models as measured)"]
 
 
 def failures(root: Any) -> list[tuple[str, str]]:
@@ -236,7 +282,7 @@ def main(argv: list[str]) -> int:
     if args.csv:
         df.to_csv(args.csv, index=False)
     show = df[["stage", "job", "dataset", "measured_seconds", "pricing", "how", "hours", "host_peak_gib",
-               "gpu_peak_gib", "hardware", "papers_own"]]
+               "gpu_peak_gib", "disk_gib", "hardware", "papers_own"]]
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
         print(show.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
     failed = failures(root)
@@ -244,16 +290,12 @@ def main(argv: list[str]) -> int:
         print(f"\n{len(failed)} job(s) of the rehearsal failed (their logs' error lines):")
         for log, line in failed:
             print(f"  {log}: {line}")
-    known = df.dropna(subset=["seconds"])
     hw = ", ".join(sorted(set(df["hardware"])))
     print(f"\nprojected (kind: projected; measured on {hw}; per-unit costs of the rehearsal x the profile's counts;"
           f" pricing steady: a train job's fixed seconds once + its median later step x the profile's steps;"
           f" pricing per stage: a schedule's stages each at its own measured step;"
           f" pricing whole: a job's start-up (imports, JVM, model load) is priced per unit too, so small slices"
           f" over-project):")
-    print(f"  jobs measured: {len(df)}; projected: {len(known)}; no count to project from: {len(df) - len(known)}")
-    print(f"  total: {known['hours'].sum():,.1f} hours of job time; on {args.gpus} workers at best "
-          f"{known['hours'].sum() / args.gpus:,.1f} hours wall (no dependency waits)")
-    print(f"  peak host memory {df['host_peak_gib'].max():.1f} GiB"
-          + (f", peak GPU memory {df['gpu_peak_gib'].max():.1f} GiB" if df["gpu_peak_gib"].notna().any() else ""))
+    for line in summary(totals(rows, args.gpus)):
+        print(f"  {line}")
     return 0

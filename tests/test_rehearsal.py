@@ -151,14 +151,26 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
         "models/dpr": {"kind": "model", "job": "dpr", "cost": cost.record("train", {"steps": 2}, 30.0)},
         "indexes/dpr/nq": {"kind": "index", "job": "dpr", "dataset": "nq", "bytes": 1000,
                            "cost": cost.record("index", {"documents": 500}, 10.0)},
-        "runs/nq/dpr": {"kind": "run", "job": "dpr", "dataset": "nq", "cost": cost.record("search", {"queries": 32}, 3.2)},
+        "runs/nq/dpr": {"kind": "run", "job": "dpr", "dataset": "nq", "bytes": 32 * 2**10,
+                        "cost": cost.record("search", {"queries": 32}, 3.2)},
+        "runs/nq/bm25": {"kind": "run", "job": "bm25", "dataset": "nq", "cost": cost.record("search", {"queries": 32}, 32.0)},
     }.items():
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "meta.json").write_text(json.dumps(meta))
-    rows = {r["stage"]: r for r in estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)}
+    every = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    rows = {r["stage"]: r for r in every if r["job"] == "dpr"}
     assert rows["train"]["seconds"] == 15.0 * 40 * 460 and rows["train"]["kind"] == "projected"
     assert abs(rows["index"]["seconds"] - 20.0 * 21015.324) < 1e-6
     assert abs(rows["search"]["seconds"] - 0.1 * 3610) < 1e-6
+    # disk: an index grows with its documents (1,000 bytes for 500 -> NQ's 21,015,324), a run file with its
+    # queries (32 KiB for 32 -> 3,610); a model is as measured (none here); nothing measured, nothing projected
+    assert abs(rows["index"]["disk_gib"] * 2**30 - 1000 * 21015324 / 500) < 2**30 * 1e-3
+    assert abs(rows["search"]["disk_gib"] - 3610 * 2**10 / 2**30) < 1e-3 and rows["train"]["disk_gib"] is None
+    # DPR's jobs book a GPU in the paper profile, BM25's search does not: GPU-hours and CPU hours apart
+    t = estimate.totals(every, 4)
+    assert abs(t["gpu_hours"] - (15.0 * 40 * 460 + 20.0 * 21015.324 + 0.1 * 3610) / 3600) < 1e-6
+    assert abs(t["cpu_hours"] - 1.0 * 3610 / 3600) < 1e-6 and t["gpu_wall_hours"] == t["gpu_hours"] / 4
+    assert t["disk_jobs"] == 2 and t["projected"] == t["jobs"] == 4
     (tmp_path / "logs" / "train").mkdir(parents=True)
     (tmp_path / "logs" / "train" / "bpr.log").write_text("train: 0%\nerror: train bpr: out of memory at this shape (x)\n")
     (tmp_path / "logs" / "train" / "svdr.log").write_text("train svdr: done in 3.0s\n")
@@ -166,6 +178,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed" in out
+    assert "GPU-hours; on 8 GPUs at best" in out and "CPU jobs: 1.0 hours of job time" in out and "GiB of artifacts" in out
     # the issue's own command line spells the option as Snakemake does
     assert estimate.main(["--configfile", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
     assert capsys.readouterr().out == out

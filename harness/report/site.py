@@ -532,17 +532,18 @@ class Site:
             return page("Cost estimate", body, 0)
         body.append("<table class='estimate'><tr><th>stage</th><th>job</th><th>dataset</th><th>measured s</th>"
                     "<th>counted as</th><th>projected hours</th><th>peak host GiB</th><th>peak GPU GiB</th>"
-                    "<th>measured on</th><th>fallbacks</th><th>the paper's own figure</th></tr>")
+                    "<th>projected disk GiB</th><th>measured on</th><th>fallbacks</th><th>the paper's own figure</th></tr>")
         for r in rows:
             hours = f"{r['seconds'] / 3600:,.2f}" if r.get("seconds") is not None else "no count"
             gpu = f"{r['gpu_peak_gib']:.1f}" if r.get("gpu_peak_gib") is not None else "—"
+            size = f"{r['disk_gib']:,.2f}" if r.get("disk_gib") is not None else "—"
             body.append(f"<tr><td>{esc(r['stage'])}</td><td>{esc(r['job'])}</td><td>{esc(r['dataset'])}</td>"
                         f"<td>{r['measured_seconds']:.1f}</td><td>{esc(r['how'])}</td><td class='projected'>{hours}</td>"
-                        f"<td>{r['host_peak_gib']:.1f}</td><td>{gpu}</td><td>{esc(r['hardware'])}</td>"
+                        f"<td>{r['host_peak_gib']:.1f}</td><td>{gpu}</td><td class='projected'>{size}</td><td>{esc(r['hardware'])}</td>"
                         f"<td>{esc(r.get('fallbacks', ''))}</td><td>{esc(r['papers_own'])}</td></tr>")
         body.append("</table>")
-        total = sum(r["seconds"] for r in rows if r.get("seconds") is not None) / 3600
-        body.append(f"<p>{len(rows)} measured jobs; projected total {total:,.1f} hours of job time.</p>")
+        body.append("<ul class='projected'>" + "".join(f"<li>{esc(line)}</li>"
+                                                       for line in estimate.summary(estimate.totals(rows, 8))) + "</ul>")
         if failed:
             body.append(f"<h2>{len(failed)} rehearsal job(s) failed</h2><ul>"
                         + "".join(f"<li><code>{esc(log)}</code>: {esc(line)}</li>" for log, line in failed) + "</ul>")
