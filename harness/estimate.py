@@ -159,13 +159,19 @@ def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes:
 
 # ---- python -m harness estimate -------------------------------------------------------------------
 
-#: what the papers state of their own compute, printed beside the projection (job id, dataset, text)
+#: what the papers state of their own compute and storage, printed beside the projection of the job
+#: they are about: (stage, job id, dataset) -> text
 PAPERS_OWN = {
-    ("svdr.emb", "nq"): "SVDR App. B: E_θ(D), encoding the 21M passages, 23.7 GPU-hours",
-    ("svdr.token", "nq"): "SVDR App. B: T(D), the binary token index of the 21M passages, 1.1 CPU-hours",
-    ("densephrases", "nq"): "DensePhrases §4/App.: about 20 hours indexing the phrase dump on 4 x 24 GB GPUs",
-    ("densephrases", ""): "DensePhrases App.: phrase encoders trained on a single 24 GB GPU (TITAN RTX)",
-    ("lightretriever", ""): "LightRetriever §3.1: 12k steps at batch 128 on a DGX node of 8 H800 GPUs",
+    ("index", "svdr.emb", "nq"): "SVDR App. B: E_θ(D), encoding the 21M passages, 23.7 GPU-hours",
+    ("index", "svdr.token", "nq"): "SVDR App. B: T(D), the binary token index of the 21M passages, 1.1 CPU-hours; "
+                                   "2 GB (Fig. 1), 2.7 GB (Table 3)",
+    ("index", "dpr", "nq"): "SVDR Table 3: DPR's embedding index of the 21M passages, 31.5 GB; DensePhrases Table "
+                            "A.1: DPR's indexing 17 h on 8 x 32 GB GPUs, 76 GB",
+    ("index", "bm25", "nq"): "SVDR Table 3: BM25's index of the 21M passages, 2.3 GB",
+    ("index", "densephrases", "nq"): "DensePhrases Table A.1: the phrase index of English Wikipedia, 20 h on "
+                                     "4 x 24 GB GPUs, 320 GB",
+    ("train", "densephrases", ""): "DensePhrases App.: phrase encoders trained on a single 24 GB GPU (TITAN RTX)",
+    ("train", "lightretriever", ""): "LightRetriever §3.1: 12k steps at batch 128 on a DGX node of 8 H800 GPUs",
 }
 
 
@@ -202,7 +208,7 @@ def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
         hw = d.get("hardware") or {}
         if row["hardware"] == "cpu" and hw.get("cpu"):
             row["hardware"] = f"{hw['cpu']} ({hw.get('cpus', '?')} cores)"
-        row["papers_own"] = PAPERS_OWN.get((job.id, job.dataset or ""), "")
+        row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
         row["fallbacks"] = "; ".join(d.get("fallbacks", []))
         row["bytes"] = d.get("bytes")
         rows.append(row)

@@ -171,6 +171,9 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert abs(t["gpu_hours"] - (15.0 * 40 * 460 + 20.0 * 21015.324 + 0.1 * 3610) / 3600) < 1e-6
     assert abs(t["cpu_hours"] - 1.0 * 3610 / 3600) < 1e-6 and t["gpu_wall_hours"] == t["gpu_hours"] / 4
     assert t["disk_jobs"] == 2 and t["projected"] == t["jobs"] == 4
+    # the papers' own figures stand beside the job they are about: DPR's index of NQ, not its run or training
+    assert rows["index"]["papers_own"].startswith("SVDR Table 3: DPR's embedding index")
+    assert rows["search"]["papers_own"] == rows["train"]["papers_own"] == ""
     (tmp_path / "logs" / "train").mkdir(parents=True)
     (tmp_path / "logs" / "train" / "bpr.log").write_text("train: 0%\nerror: train bpr: out of memory at this shape (x)\n")
     (tmp_path / "logs" / "train" / "svdr.log").write_text("train svdr: done in 3.0s\n")
