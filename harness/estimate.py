@@ -208,6 +208,8 @@ def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
         hw = d.get("hardware") or {}
         if row["hardware"] == "cpu" and hw.get("cpu"):
             row["hardware"] = f"{hw['cpu']} ({hw.get('cpus', '?')} cores)"
+        if stage == "search":
+            _bound_search(cfg, job, row, _documents_searched(root, d))
         row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
         row["fallbacks"] = "; ".join(d.get("fallbacks", []))
         row["bytes"] = d.get("bytes")
@@ -224,11 +226,13 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     gpu_h = sum(r["seconds"] for r in known if r.get("gpu_job")) / 3600
     cpu_h = sum(r["seconds"] for r in known if not r.get("gpu_job")) / 3600
     sized = [r["disk_gib"] for r in rows if r.get("disk_gib") is not None]
+    lower = [r for r in known if r.get("bound") == "lower"]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
     return {"jobs": len(rows), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
-            "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized)}
+            "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
+            "lower_bounds": len(lower), "lower_bound_hours": sum(r["seconds"] for r in lower) / 3600}
 
 
 def summary(t: Mapping[str, Any]) -> list[str]:
@@ -236,13 +240,43 @@ def summary(t: Mapping[str, Any]) -> list[str]:
     peaks = f"peak host memory {t['host_peak_gib']:.1f} GiB" if t["host_peak_gib"] is not None else "no host peak"
     if t["gpu_peak_gib"] is not None:
         peaks += f", peak GPU memory {t['gpu_peak_gib']:.1f} GiB"
-    return [f"jobs measured: {t['jobs']}; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}",
+    return [f"jobs measured: {t['jobs']}; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
+            + (f"; {t['lower_bounds']} search jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (measured "
+               f"against a slice's index, far smaller than the profile's corpus)" if t["lower_bounds"] else ""),
             f"GPU jobs (the profile books a GPU): {t['gpu_hours']:,.1f} GPU-hours; on {t['gpus']} GPUs at best "
             f"{t['gpu_wall_hours']:,.1f} hours wall (no dependency waits)",
             f"CPU jobs: {t['cpu_hours']:,.1f} hours of job time",
             peaks,
             f"disk: {t['disk_gib']:,.1f} GiB of artifacts ({t['disk_jobs']} jobs sized: indexes and runs scaled by "
             f"their documents and queries, models as measured)"]
+
+
+def _documents_searched(root: Any, meta: Mapping[str, Any]) -> int | None:
+    """Documents of the index a measured search job read (its input's meta.json, found as recorded or
+    under ``root`` past ``results/<profile>/``: a rehearsal run elsewhere); None where none says."""
+    import json
+    from pathlib import Path
+
+    for value in (meta.get("inputs") or {}).values():
+        p = Path(str(value))
+        for folder in (p, Path(root).joinpath(*p.parts[2:]) if len(p.parts) > 2 else None):
+            try:
+                n = json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("documents")
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+            if isinstance(n, int) and n > 0:
+                return n
+    return None
+
+
+def _bound_search(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], searched: int | None) -> None:
+    """A search job's seconds per query were measured against the slice's index: searching the
+    profile's corpus costs more per query (an exhaustive scan grows with it), so its projection is a
+    lower bound, and says over how many documents each query was measured."""
+    full = _documents(cfg, job.dataset)
+    if searched and full and full > searched:
+        row["how"] += f" (each searched {searched:,} documents here, {full:,} in the profile: a lower bound)"
+        row["bound"] = "lower"
 
 
 def failures(root: Any) -> list[tuple[str, str]]:

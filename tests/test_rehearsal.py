@@ -149,9 +149,10 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert "seconds_per_unit" not in cost.record("measure", {}, 5.0)
     for folder, meta in {
         "models/dpr": {"kind": "model", "job": "dpr", "cost": cost.record("train", {"steps": 2}, 30.0)},
-        "indexes/dpr/nq": {"kind": "index", "job": "dpr", "dataset": "nq", "bytes": 1000,
+        "indexes/dpr/nq": {"kind": "index", "job": "dpr", "dataset": "nq", "bytes": 1000, "documents": 500,
                            "cost": cost.record("index", {"documents": 500}, 10.0)},
         "runs/nq/dpr": {"kind": "run", "job": "dpr", "dataset": "nq", "bytes": 32 * 2**10,
+                        "inputs": {"index": "results/rehearsal/indexes/dpr/nq"},  # as recorded where it ran
                         "cost": cost.record("search", {"queries": 32}, 3.2)},
         "runs/nq/bm25": {"kind": "run", "job": "bm25", "dataset": "nq", "cost": cost.record("search", {"queries": 32}, 32.0)},
     }.items():
@@ -171,6 +172,9 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert abs(t["gpu_hours"] - (15.0 * 40 * 460 + 20.0 * 21015.324 + 0.1 * 3610) / 3600) < 1e-6
     assert abs(t["cpu_hours"] - 1.0 * 3610 / 3600) < 1e-6 and t["gpu_wall_hours"] == t["gpu_hours"] / 4
     assert t["disk_jobs"] == 2 and t["projected"] == t["jobs"] == 4
+    # a query measured against the slice's 500-document index costs more against NQ's 21M: a lower bound, said
+    assert rows["search"]["bound"] == "lower" and "each searched 500 documents here, 21,015,324 in the profile" \
+        in rows["search"]["how"] and t["lower_bounds"] == 1 and "bound" not in rows["index"]
     # the papers' own figures stand beside the job they are about: DPR's index of NQ, not its run or training
     assert rows["index"]["papers_own"].startswith("SVDR Table 3: DPR's embedding index")
     assert rows["search"]["papers_own"] == rows["train"]["papers_own"] == ""
@@ -181,6 +185,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed" in out
+    assert "1 search jobs (0.1 h) are lower bounds" in out
     assert "GPU-hours; on 8 GPUs at best" in out and "CPU jobs: 1.0 hours of job time" in out and "GiB of artifacts" in out
     # the issue's own command line spells the option as Snakemake does
     assert estimate.main(["--configfile", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
