@@ -235,6 +235,90 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
             "lower_bounds": len(lower), "lower_bound_hours": sum(r["seconds"] for r in lower) / 3600}
 
 
+def schedule(cfg: Mapping[str, Any], rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
+    """The profile's DAG with the projected seconds of ``rows`` (a job without one counts 0 s): its
+    critical path (the longest chain of dependent jobs, with as many GPUs as wanted) and its wall
+    time on ``gpus`` GPUs by a list schedule (a ready job with the longest chain below it first; a GPU
+    job waits for a free GPU, CPU jobs run beside them unconstrained). Both are lower bounds while any
+    job of the chain is unmeasured."""
+    import heapq
+
+    from harness import plan
+
+    p = plan.get(cfg)
+    # every concrete job and, through their inputs, the jobs that make them (an index job per dataset
+    # is a template the plan makes concrete for the dataset that reads it)
+    jobs: dict[Any, Any] = {}
+    deps: dict[Any, set[Any]] = {}
+    todo = [(j.stage, j.id, j.dataset) for st in Stage for j in p.concrete(st.value)]
+    while todo:
+        k = todo.pop()
+        if k in jobs:
+            continue
+        jobs[k] = p.job(*k)
+        deps[k] = {d for d in (p.producer(ref) for ref in jobs[k].inputs.values()) if d is not None and d != k}
+        todo.extend(deps[k])
+    secs = {(r["stage"], r["job"], r["dataset"] or None): float(r["seconds"]) for r in rows if r.get("seconds") is not None}
+    children: dict[Any, list[Any]] = {k: [] for k in jobs}
+    for k, ds in deps.items():
+        for d in ds:
+            children[d].append(k)
+    # longest chain from each job down (its own seconds included), children before parents
+    below: dict[Any, float] = {}
+    order, left = [], {k: len(children[k]) for k in jobs}
+    stack = [k for k, n in left.items() if n == 0]
+    while stack:
+        k = stack.pop()
+        order.append(k)
+        below[k] = secs.get(k, 0.0) + max((below[c] for c in children[k]), default=0.0)
+        for d in deps[k]:
+            left[d] -= 1
+            if left[d] == 0:
+                stack.append(d)
+    if len(order) != len(jobs):
+        raise RuntimeError("the plan's jobs depend on each other in a cycle")  # the plan's own check forbids it
+    start = max(jobs, key=lambda k: (below[k], str(k)))
+    chain, k = [], start
+    while True:
+        if secs.get(k):
+            chain.append((k, secs[k]))
+        nxt = [c for c in children[k]]
+        if not nxt:
+            break
+        k = max(nxt, key=lambda c: (below[c], str(c)))
+    # list schedule on the GPUs
+    waiting = {k: len(deps[k]) for k in jobs}
+    ready = [(-below[k], str(k), k) for k, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    free = [0.0] * max(1, gpus)
+    finish: dict[Any, float] = {}
+    while ready:
+        _, _, k = heapq.heappop(ready)
+        t = max((finish[d] for d in deps[k]), default=0.0)
+        dur = secs.get(k, 0.0)
+        if jobs[k].gpu and dur > 0:
+            t = max(t, heapq.heappop(free))
+            heapq.heappush(free, t + dur)
+        finish[k] = t + dur
+        for c in children[k]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                heapq.heappush(ready, (-below[c], str(c), c))
+    return {"jobs": len(jobs), "timed": sum(1 for k in jobs if k in secs), "gpus": gpus,
+            "critical_hours": below[start] / 3600, "wall_hours": max(finish.values(), default=0.0) / 3600,
+            "chain": [(f"{st} {i}" + (f" on {d}" if d else ""), sec / 3600) for (st, i, d), sec in chain]}
+
+
+def schedule_lines(sc: Mapping[str, Any]) -> list[str]:
+    """:func:`schedule` as the lines ``python -m harness estimate`` prints and the report shows."""
+    chain = " -> ".join(f"{name} ({h:,.1f} h)" for name, h in sc["chain"]) or "none timed"
+    bound = (f"; {sc['jobs'] - sc['timed']} of the profile's {sc['jobs']} jobs have no measured cost and count 0 s: "
+             f"lower bounds") if sc["timed"] < sc["jobs"] else ""
+    return [f"critical path (the longest chain of dependent jobs, GPUs unlimited): {sc['critical_hours']:,.1f} hours: {chain}",
+            f"on {sc['gpus']} GPUs (list schedule, longest chain first; CPU jobs beside them): {sc['wall_hours']:,.1f} "
+            f"hours wall{bound}"]
+
+
 def summary(t: Mapping[str, Any]) -> list[str]:
     """:func:`totals` as the lines ``python -m harness estimate`` prints and the report shows."""
     peaks = f"peak host memory {t['host_peak_gib']:.1f} GiB" if t["host_peak_gib"] is not None else "no host peak"
@@ -336,6 +420,6 @@ def main(argv: list[str]) -> int:
           f" pricing per stage: a schedule's stages each at its own measured step;"
           f" pricing whole: a job's start-up (imports, JVM, model load) is priced per unit too, so small slices"
           f" over-project):")
-    for line in summary(totals(rows, args.gpus)):
+    for line in summary(totals(rows, args.gpus)) + schedule_lines(schedule(cfg, rows, args.gpus)):
         print(f"  {line}")
     return 0

@@ -468,3 +468,32 @@ def test_a_lora_model_saves_its_adapter_alone_and_loads_as_the_merged_model_it_t
     (folder / INFO_FILE).write_text(json.dumps(info))
     with pytest.raises(DataError, match="trained on backbone 'tiny'.*rebuilt here it has"):
         LightModel.load(folder)
+
+
+def test_the_estimate_schedules_the_profiles_dag_critical_path_and_gpus():
+    """The projected seconds placed on the paper profile's DAG: DPR's model -> its NQ index -> its NQ
+    run is a chain (the critical path is their sum, whatever the GPUs); two independent trainings
+    share one GPU one after the other and two GPUs side by side; unmeasured jobs count 0 s (said)."""
+    from harness import estimate
+    from harness.config import load_config
+
+    cfg = load_config(["configs/profiles/paper.yaml"])
+
+    def row(stage, job, dataset, seconds):
+        return {"stage": stage, "job": job, "dataset": dataset, "seconds": seconds}
+
+    chain = [row("train", "dpr", "", 7200.0), row("index", "dpr", "nq", 3600.0), row("search", "dpr", "nq", 360.0)]
+    sc = estimate.schedule(cfg, chain, 4)
+    assert abs(sc["critical_hours"] - 3.1) < 1e-9 and abs(sc["wall_hours"] - 3.1) < 1e-9
+    assert [name for name, _ in sc["chain"]] == ["train dpr", "index dpr on nq", "search dpr on nq"]
+    assert sc["timed"] == 3 and sc["jobs"] > 400
+    lines = estimate.schedule_lines(sc)
+    assert "train dpr (2.0 h) -> index dpr on nq (1.0 h) -> search dpr on nq (0.1 h)" in lines[0]
+    assert f"{sc['jobs'] - 3} of the profile's {sc['jobs']} jobs have no measured cost" in lines[1]
+    two = [row("train", "dpr", "", 7200.0), row("train", "bpr", "", 3600.0)]  # both train on NQ's negatives, apart
+    one_gpu, two_gpus = estimate.schedule(cfg, two, 1), estimate.schedule(cfg, two, 2)
+    assert abs(one_gpu["wall_hours"] - 3.0) < 1e-9 and abs(two_gpus["wall_hours"] - 2.0) < 1e-9
+    assert abs(one_gpu["critical_hours"] - 2.0) < 1e-9
+    # a CPU job (BM25's index: the profile books no GPU for it) does not wait for a GPU
+    cpu = estimate.schedule(cfg, two + [row("index", "bm25", "scifact", 1800.0)], 1)
+    assert abs(cpu["wall_hours"] - 3.0) < 1e-9

@@ -524,7 +524,8 @@ class Site:
                 "documents, query) times the paper profile's count (the dataset cards, the job's epochs and batch "
                 "size). Every figure here is <em>projected</em>, on the hardware named; a slice's fixed start-up is "
                 "priced per unit too, so small slices over-project (harness/estimate.py).</p>"]
-        rows = estimate.estimate(load_config([estimate.PAPER_CONFIG]), root) if root.is_dir() else []
+        paper = load_config([estimate.PAPER_CONFIG])
+        rows = estimate.estimate(paper, root) if root.is_dir() else []
         failed = estimate.failures(root) if root.is_dir() else []
         if not rows and not failed:
             body.append(f"<p>No rehearsal has run here ({esc(root)} has no finished job). Run it, then rebuild the "
@@ -543,7 +544,9 @@ class Site:
                         f"<td>{esc(r.get('fallbacks', ''))}</td><td>{esc(r['papers_own'])}</td></tr>")
         body.append("</table>")
         body.append("<ul class='projected'>" + "".join(f"<li>{esc(line)}</li>"
-                                                       for line in estimate.summary(estimate.totals(rows, 8))) + "</ul>")
+                                                       for line in estimate.summary(estimate.totals(rows, 8))
+                                                       + estimate.schedule_lines(estimate.schedule(paper, rows, 8)))
+                    + "</ul>")
         if failed:
             body.append(f"<h2>{len(failed)} rehearsal job(s) failed</h2><ul>"
                         + "".join(f"<li><code>{esc(log)}</code>: {esc(line)}</li>" for log, line in failed) + "</ul>")
