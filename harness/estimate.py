@@ -172,6 +172,8 @@ PAPERS_OWN = {
                                      "4 x 24 GB GPUs, 320 GB",
     ("train", "densephrases", ""): "DensePhrases App.: phrase encoders trained on a single 24 GB GPU (TITAN RTX)",
     ("train", "lightretriever", ""): "LightRetriever §3.1: 12k steps at batch 128 on a DGX node of 8 H800 GPUs",
+    ("train", "qcr", ""): "QCR App.: every experiment on a single A100 GPU (4,000 steps, batch 256 -> 2,048); no time given",
+    ("train", "bpr", ""): "BPR §4: trained as DPR, on servers with eight V100 GPUs; no time given",
 }
 
 
