@@ -41,10 +41,27 @@ def step_timed(seconds: float, first: bool) -> None:
 _FALLBACK: dict[str, Any] = {"allowed": False, "taken": []}
 
 
+#: when this job began and where its start-up ended (:func:`startup_done`), perf_counter seconds
+_START: dict[str, float | None] = {"job": None, "work": None}
+
+
 def allow_fallbacks(allowed: bool) -> None:
-    """Start a job: fallbacks allowed or not, none taken yet, no step timed yet."""
+    """Start a job: fallbacks allowed or not, none taken yet, no step timed yet, no start-up marked."""
+    import time
+
     _FALLBACK.update(allowed=bool(allowed), taken=[])
     _STEPS.update(first=[], later=[])
+    _START.update(job=time.perf_counter(), work=None)
+
+
+def startup_done() -> None:
+    """An index job's start-up (imports, loading its model, starting the JVM) ends here: what follows
+    (reading, encoding and indexing the documents, writing the index) is its work, which the estimate
+    prices per document; the start-up is paid once (``pricing: steady``). Without the mark a job's
+    every second is spread over its documents, and a slice of a few thousand over-projects."""
+    import time
+
+    _START["work"] = time.perf_counter()
 
 
 def fallback(what: str) -> bool:
@@ -179,8 +196,10 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
 
     A train job that timed two optimizer steps or more is priced as ``fixed_seconds`` (imports, the
     model's build and load, the first step's warm-up, saving: paid once) plus ``seconds_per_unit`` =
-    the median of its later steps (``steady``); otherwise every second is spread over its units (a
-    slice's start-up then over-projects, and the estimate says so)."""
+    the median of its later steps (``steady``); an index job that marked the end of its start-up
+    (:func:`startup_done`) as that start-up once plus the rest per 1,000 documents (``steady``);
+    otherwise every second is spread over its units (a slice's start-up then over-projects, and the
+    estimate says so)."""
     out: dict[str, Any] = {"seconds": round(seconds, 3), **peaks()}
     field, unit, per = UNITS.get(stage, (None, None, 1))
     count = info.get(field) if field else None
@@ -193,6 +212,9 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
             steady = later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
             out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, seconds - steady * units), 3),
                        first_step_seconds=round(sum(_STEPS["first"]), 4), steps_timed=len(later), pricing="steady")
+        if stage == "index" and _START["work"] is not None and _START["job"] is not None:
+            fixed = min(max(0.0, _START["work"] - _START["job"]), seconds)
+            out.update(seconds_per_unit=(seconds - fixed) / units, fixed_seconds=round(fixed, 3), pricing="steady")
         each = _STEPS["first"] + _STEPS["later"]  # in order: a schedule's stages are priced one by one
         if stage == "train" and 2 <= len(each) <= MAX_STEPS_KEPT:
             out["each_step_seconds"] = [round(x, 4) for x in each]

@@ -146,6 +146,17 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     rec = cost.record("train", {"steps": 2}, 30.0)
     assert rec["unit"] == "step" and rec["seconds_per_unit"] == 15.0 and rec["host_peak_bytes"] > 0
     assert cost.record("index", {"documents": 500}, 10.0)["seconds_per_unit"] == 20.0  # per 1,000 documents
+    # an index job that marked the end of its start-up pays that once; the rest is per 1,000 documents
+    import time
+
+    cost.allow_fallbacks(False)
+    time.sleep(0.2)
+    cost.startup_done()
+    rec = cost.record("index", {"documents": 2000}, 1.0)
+    assert rec["pricing"] == "steady" and 0.2 <= rec["fixed_seconds"] < 0.5
+    assert abs(rec["seconds_per_unit"] - (1.0 - rec["fixed_seconds"]) / 2) < 1e-3
+    cost.allow_fallbacks(False)  # the next job starts unmarked
+    assert "pricing" not in cost.record("index", {"documents": 500}, 10.0)
     assert "seconds_per_unit" not in cost.record("measure", {}, 5.0)
     for folder, meta in {
         "models/dpr": {"kind": "model", "job": "dpr", "cost": cost.record("train", {"steps": 2}, 30.0)},

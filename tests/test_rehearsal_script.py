@@ -42,6 +42,7 @@ def test_the_gpu_script_chains_train_index_and_search_into_the_results_layout(tm
     assert "sample:dpr: unknown stage sample" in summary
     index = json.loads((out / "indexes" / "dpr" / "smoke" / "meta.json").read_text(encoding="utf-8"))
     assert index["inputs"]["model"] == str(root / "models" / "dpr")  # the model the script trained
+    assert index["cost"]["pricing"] == "steady" and index["cost"]["fixed_seconds"] > 0  # its model's load paid once
     run = json.loads((out / "runs" / "smoke" / "dpr" / "meta.json").read_text(encoding="utf-8"))
     assert run["inputs"]["index"] == str(root / "indexes" / "dpr" / "smoke")
     assert (out / "logs" / "train" / "dpr.log").is_file() and (out / "models" / "dpr" / "loss.tsv").is_file()

@@ -96,6 +96,13 @@ def lucene_searcher(index_dir: str):
     return lucene_module().LuceneSearcher(index_dir)
 
 
+def start_jvm() -> None:
+    """Start the JVM pyserini runs in (pyjnius starts it when first imported): a job that times its
+    work apart from its start-up (harness.cost.startup_done) starts it first."""
+    setup()
+    import pyserini.pyclass  # noqa: F401  (importing it starts the JVM)
+
+
 def index_collection(args: list[str]) -> None:
     """Run Anserini's IndexCollection in-process with command-line style ``args``."""
     setup()

@@ -289,7 +289,10 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
 
     spec = ctx.mcfg.get("index", "faiss:Flat")
     _, factory = parse_spec(spec)
+    from harness.cost import startup_done
+
     model = BiEncoder.load(ctx, model_dir)
+    startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(data_dir or ctx.data_dir()))
     t0 = time.perf_counter()
     vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])

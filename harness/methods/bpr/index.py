@@ -37,7 +37,10 @@ def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
 
     spec = merged(DEFAULTS, ctx.mcfg)["index"]
     factory = _binary_spec(spec)
+    from harness.cost import startup_done
+
     model = dpr.BiEncoder.load(ctx, model_dir)
+    startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(ctx.data_dir()))
     t0 = time.perf_counter()
     vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])

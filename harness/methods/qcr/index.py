@@ -61,7 +61,12 @@ def load_codes(folder: Path, *, allow_pickle: bool = False) -> tuple[np.ndarray,
 
 def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path) -> dict[str, Any]:
     """Encode the corpus into codes (``codes.npy``, doc ids) and index their strings."""
+    from harness.cost import startup_done
+    from harness.indexes import pyserini_env
+
     model = QCRModel.load(model_dir)
+    pyserini_env.start_jvm()  # the JVM the Lucene index is built in starts here, with the start-up
+    startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(data_dir))
     texts = [(d.title, d.text) for d in docs]
     t0 = time.perf_counter()

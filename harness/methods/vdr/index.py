@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.artifacts import read_docids, write_docids
+from harness.cost import startup_done
 from harness.datasets import Doc, store
 from harness.indexes.sparse_csr import SparseEmbeddingIndex
 from harness.methods.base import Context
@@ -52,6 +53,7 @@ def write_token_index(ctx: Context, data: Path, out: Path) -> dict[str, Any]:
     and writing the file."""
     s = settings(ctx.mcfg, method=ctx.method)
     tok = _tokenizer(ctx.cfg, s)
+    startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(data))
     t0 = time.perf_counter()
     index = build_token_index(tok, docs, s["p_max_len"], s["skip_vocab"])
@@ -76,6 +78,7 @@ def write_emb_index(ctx: Context, data: Path, model: Path, out: Path) -> dict[st
     """E_θ(D) of the corpus in ``data`` with the model in ``model``, into ``out``. ``build_seconds`` =
     encoding + CSR assembly (reading the corpus and writing the file excluded)."""
     enc = VDRModel.load(model, ctx.mcfg.get("torch_threads"))
+    startup_done()
     docs = list(store.iter_corpus(data))
     index, build_seconds = emb_index(enc, docs)
     index.save(out)
