@@ -248,18 +248,9 @@ def schedule(cfg: Mapping[str, Any], rows: list[Mapping[str, Any]], gpus: int) -
     from harness import plan
 
     p = plan.get(cfg)
-    # every concrete job and, through their inputs, the jobs that make them (an index job per dataset
-    # is a template the plan makes concrete for the dataset that reads it)
-    jobs: dict[Any, Any] = {}
-    deps: dict[Any, set[Any]] = {}
-    todo = [(j.stage, j.id, j.dataset) for st in Stage for j in p.concrete(st.value)]
-    while todo:
-        k = todo.pop()
-        if k in jobs:
-            continue
-        jobs[k] = p.job(*k)
-        deps[k] = {d for d in (p.producer(ref) for ref in jobs[k].inputs.values()) if d is not None and d != k}
-        todo.extend(deps[k])
+    jobs = p.closure()
+    deps = {k: {d for d in (p.producer(ref) for ref in j.inputs.values()) if d is not None and d != k}
+            for k, j in jobs.items()}
     secs = {(r["stage"], r["job"], r["dataset"] or None): float(r["seconds"]) for r in rows if r.get("seconds") is not None}
     children: dict[Any, list[Any]] = {k: [] for k in jobs}
     for k, ds in deps.items():

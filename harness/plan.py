@@ -140,6 +140,20 @@ class Plan:
         return [j for (s, _, d), j in sorted(self.jobs.items(), key=lambda kv: str(kv[0])) if s == stage
                 and (d is not None or not Stage(stage).per_dataset)]
 
+    def closure(self) -> dict[tuple[str, str, str | None], Job]:
+        """Every job the DAG runs: the concrete jobs and, through their inputs, the jobs that make
+        those inputs (an index job per dataset is a template, made concrete for each dataset that
+        reads it: :meth:`concrete` leaves it out)."""
+        jobs: dict[tuple[str, str, str | None], Job] = {}
+        todo = [(j.stage, j.id, j.dataset) for st in STAGES for j in self.concrete(st)]
+        while todo:
+            key = todo.pop()
+            if key in jobs:
+                continue
+            jobs[key] = self.job(*key)
+            todo.extend(d for d in (self.producer(ref) for ref in jobs[key].inputs.values()) if d is not None)
+        return jobs
+
     def systems(self) -> dict[tuple[str, str], Job]:
         """(system, dataset) -> the search job whose run folder holds ``<system>.trec`` (derived once:
         the plan does not change after it is built, and every ``system`` input asks for it)."""
@@ -263,16 +277,15 @@ def unhashed_in_results(cfg: Mapping[str, Any]) -> dict[str, list[str]]:
     a fixed declaration clears an old artifact's finding)."""
     p = get(cfg)
     found: dict[str, list[str]] = {}
-    for stage in STAGES:
-        for job in p.concrete(stage):
-            meta = output(cfg, job) / "meta.json"
-            if not meta.exists():
-                continue
-            reads = json.loads(meta.read_text(encoding="utf-8")).get("settings_read")
-            bad = p.unhashed_reads(job, reads or [])
-            if bad:
-                found[str(meta.parent)] = bad
-    return found
+    for job in p.closure().values():  # index jobs per dataset too (templates made concrete)
+        meta = output(cfg, job) / "meta.json"
+        if not meta.exists():
+            continue
+        reads = json.loads(meta.read_text(encoding="utf-8")).get("settings_read")
+        bad = p.unhashed_reads(job, reads or [])
+        if bad:
+            found[str(meta.parent)] = bad
+    return dict(sorted(found.items()))
 
 
 def _present(cfg: Mapping[str, Any], dotted: str) -> bool:

@@ -633,3 +633,25 @@ def test_threads_booked_follow_what_each_job_runs_capped_by_the_scheduler():
     assert threads(paper, "search", job="bm25", dataset="nq") == 16
     assert threads(paper, "train", job="dpr") == paper["methods"]["dpr"]["torch_threads"]
     assert threads(paper, "evaluate", job="dpr", dataset="nq") == 1
+
+
+def test_unhashed_reads_are_found_in_index_jobs_made_concrete_for_a_dataset(tmp_path):
+    """An index job per dataset is a template the plan makes concrete for each dataset that reads it
+    (Plan.closure); the check of settings read but not hashed (unhashed_in_results, the smoke DAG's
+    test) must reach it: it looked at Plan.concrete only, and SVDR's token index had read its
+    tokenizer's definition (backbones.<name>) unhashed in every profile. It now hashes it."""
+    from harness import plan as hplan
+    from harness.config import load_config
+
+    cfg = load_config([])
+    cfg["results_dir"] = str(tmp_path)
+    p = hplan.get(cfg)
+    key = ("index", "svdr.token", "smoke")
+    assert key in p.closure() and key not in {(j.stage, j.id, j.dataset) for j in p.concrete("index")}
+    job = p.closure()[key]
+    assert "backbones.splade-tiny" in p.hashed_keys(job)  # the tokenizer's definition changes T(D)
+    folder = hplan.output(cfg, job)
+    folder.mkdir(parents=True)
+    reads = ["backbones.splade-tiny.source", "methods.svdr.p_max_len", "methods.dpr.lr"]
+    (folder / "meta.json").write_text(json.dumps({"settings_read": reads}), encoding="utf-8")
+    assert hplan.unhashed_in_results(cfg) == {str(folder): ["methods.dpr.lr"]}

@@ -17,7 +17,7 @@ from harness.methods.bpr.index import build_binary_index, build_dpr_baseline, bu
 from harness.methods.bpr.measure import efficiency
 from harness.methods.bpr.scale import scale_efficiency
 from harness.methods.bpr.search import Searcher, _DenseSystem, write_run
-from harness.methods.bpr.settings import (_check, dpr_baselines, efficiency_systems, model_id,
+from harness.methods.bpr.settings import (_check, dpr_baseline, dpr_baselines, efficiency_systems, model_id,
                                           scale_settings, search_variants, settings, train_variants,
                                           variant_context)
 from harness.methods.bpr.train import train
@@ -117,7 +117,7 @@ def build_hash(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
 
 def build_baseline(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
     s = settings(ctx.cfg)
-    spec = dpr_baselines(ctx.cfg)[job.params["baseline"]]
+    spec = dpr_baseline(ctx.cfg, job.params["baseline"])
     return build_dpr_baseline(spec, inputs["dpr_index"], out, train_size=s["baseline_train_size"], seed=ctx.cfg["seed"])
 
 def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:

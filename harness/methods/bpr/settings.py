@@ -92,6 +92,15 @@ def dpr_baselines(cfg: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def dpr_baseline(cfg: Mapping[str, Any], name: str) -> str:
+    """The dense index spec of the DPR baseline ``name``, reading that entry alone: its index job
+    depends on no other baseline's spec (and its hash covers only its own)."""
+    spec = settings(cfg)["dpr_baselines"][name]
+    if not str(spec).startswith("faiss:"):
+        raise ConfigError(f"methods.bpr.dpr_baselines.{name}: {spec!r} is not a faiss:<factory> spec")
+    return str(spec)
+
+
 def efficiency_systems(cfg: Mapping[str, Any]) -> list[str]:
     """Systems whose index size and query time the efficiency rule measures (Tables 1 and 2)."""
     return ["dpr"] + [f"dpr.{v}" for v in dpr_baselines(cfg)] + [f"bpr.{v}" for v in SEARCH_VARIANTS]

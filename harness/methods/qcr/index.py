@@ -96,7 +96,7 @@ def source_strings(source: Path, positional: bool, kmeans: bool) -> tuple[list[s
 def words_index(s: Mapping[str, Any], source: Path, data_dir: Path, out: Path, *, kmeans: bool
                 ) -> dict[str, Any]:
     """"w/ words": the source index's code strings plus the analysed words of each passage."""
-    ids, strings = source_strings(source, s["positional"], kmeans)
+    ids, strings = source_strings(source, False if kmeans else s["positional"], kmeans)  # k-means ids have no positions
     docs = {d.id: d for d in store.iter_corpus(data_dir)}
     texts = [f"{docs[i].title}\n{docs[i].text}" if docs[i].title else docs[i].text for i in ids]
     info = build_lucene(s["index"], ids, with_words(strings, texts), out, s)

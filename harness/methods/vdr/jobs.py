@@ -60,8 +60,9 @@ def _model_jobs(cfg: Mapping[str, Any], name: str, td: str, gpu: bool, tok: str)
     ablation models ``<m>.abl-<a>`` that reuse no other model."""
     owner = _token_owner(cfg, name)
     model_keys = training_keys(cfg, name)
-    jobs = [Job("index", tok, owner, "build_token", inputs={"data": Ref("data")},
-                keys=affects(owner, "index.token"), mem_mb=4000),
+    backbone = settings(cfg["methods"][owner], None, owner)["backbone"]
+    jobs = [Job("index", tok, owner, "build_token", inputs={"data": Ref("data")},  # T(D): the backbone's tokenizer
+                keys=(*affects(owner, "index.token"), f"backbones.{backbone}"), mem_mb=4000),
             Job("train", name, name, "train_step", gpu=gpu, keys=model_keys,
                 inputs={"data": Ref("data", dataset=td), "negatives": Ref("negatives", dataset=td),
                         "token_index": Ref("index", tok, td)}),

@@ -39,10 +39,13 @@ def settings(mcfg: Mapping[str, Any], ablation: str | None = None, method: str =
                 f"unknown ablation {ablation!r} of methods.{method}" + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f"; config key methods.{method}.variants defines: {', '.join(known) or 'none'}")
         out = merged(out, mcfg.get("variant_overrides"), known[ablation])
-    if out["loss"] not in ("paper", "code-mean4"):
-        raise ConfigError(f"methods.{method}.loss must be 'paper' or 'code-mean4', got {out['loss']!r}")
-    if out["projection"] not in ("vsearch", "mlm-head"):
-        raise ConfigError(f"methods.{method}.projection must be 'vsearch' or 'mlm-head', got {out['projection']!r}")
+    # checked without reading them (dict.get): a job that never uses them (the token index) does not
+    # depend on them, and its hash leaves them out
+    if dict.get(out, "loss") not in ("paper", "code-mean4"):
+        raise ConfigError(f"methods.{method}.loss must be 'paper' or 'code-mean4', got {dict.get(out, 'loss')!r}")
+    if dict.get(out, "projection") not in ("vsearch", "mlm-head"):
+        raise ConfigError(f"methods.{method}.projection must be 'vsearch' or 'mlm-head', "
+                          f"got {dict.get(out, 'projection')!r}")
     return out
 
 
