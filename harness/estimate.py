@@ -258,27 +258,25 @@ def schedule(cfg: Mapping[str, Any], rows: list[Mapping[str, Any]], gpus: int) -
             children[d].append(k)
     # longest chain from each job down (its own seconds included), children before parents
     below: dict[Any, float] = {}
-    order, left = [], {k: len(children[k]) for k in jobs}
+    left = {k: len(children[k]) for k in jobs}
     stack = [k for k, n in left.items() if n == 0]
     while stack:
         k = stack.pop()
-        order.append(k)
         below[k] = secs.get(k, 0.0) + max((below[c] for c in children[k]), default=0.0)
         for d in deps[k]:
             left[d] -= 1
             if left[d] == 0:
                 stack.append(d)
-    if len(order) != len(jobs):
+    if len(below) != len(jobs):
         raise RuntimeError("the plan's jobs depend on each other in a cycle")  # the plan's own check forbids it
     start = max(jobs, key=lambda k: (below[k], str(k)))
     chain, k = [], start
     while True:
         if secs.get(k):
             chain.append((k, secs[k]))
-        nxt = [c for c in children[k]]
-        if not nxt:
+        if not children[k]:
             break
-        k = max(nxt, key=lambda c: (below[c], str(c)))
+        k = max(children[k], key=lambda c: (below[c], str(c)))
     # list schedule on the GPUs
     waiting = {k: len(deps[k]) for k in jobs}
     ready = [(-below[k], str(k), k) for k, n in waiting.items() if n == 0]
