@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.artifacts import write_run_with_meta
+from harness.cost import startup_done
 from harness.datasets import Query, store
-from harness.indexes import lucene
+from harness.indexes import lucene, pyserini_env
 from harness.methods.base import Context, affects
 from harness.job import Job, Ref
 
@@ -35,9 +36,6 @@ def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "te
 
 
 def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
-    from harness.cost import startup_done
-    from harness.indexes import pyserini_env
-
     m = ctx.mcfg
     pyserini_env.start_jvm()  # the JVM starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)

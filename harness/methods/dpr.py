@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from harness.artifacts import hits_from_rows, read_docids, write_docids
+from harness.cost import startup_done
 from harness.datasets import Query, store
 from harness.errors import ConfigError, DataError
 from harness.io import iter_jsonl
@@ -289,8 +290,6 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
 
     spec = ctx.mcfg.get("index", "faiss:Flat")
     _, factory = parse_spec(spec)
-    from harness.cost import startup_done
-
     model = BiEncoder.load(ctx, model_dir)
     startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(data_dir or ctx.data_dir()))

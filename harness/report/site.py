@@ -522,8 +522,9 @@ class Site:
                 "every job of the paper profile at the papers' model shapes with random weights, one or two steps, "
                 "data slices): each measured job's seconds per unit (optimizer step at the paper's batch, 1,000 "
                 "documents, query) times the paper profile's count (the dataset cards, the job's epochs and batch "
-                "size). Every figure here is <em>projected</em>, on the hardware named; a slice's fixed start-up is "
-                "priced per unit too, so small slices over-project (harness/estimate.py).</p>"]
+                "size). Every figure here is <em>projected</em>, on the hardware named; a train or index job pays its "
+                "start-up once (pricing steady), other jobs spread it over their units, so small slices over-project "
+                "(harness/estimate.py).</p>"]
         paper = load_config([estimate.PAPER_CONFIG])
         rows = estimate.estimate(paper, root) if root.is_dir() else []
         failed = estimate.failures(root) if root.is_dir() else []

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from harness.artifacts import DOCIDS, write_docids
+from harness.cost import startup_done
 from harness.datasets import store
 from harness.errors import ConfigError
 from harness.methods import dpr
@@ -37,8 +38,6 @@ def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
 
     spec = merged(DEFAULTS, ctx.mcfg)["index"]
     factory = _binary_spec(spec)
-    from harness.cost import startup_done
-
     model = dpr.BiEncoder.load(ctx, model_dir)
     startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(ctx.data_dir()))

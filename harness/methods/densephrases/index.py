@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.cost import startup_done
 from harness.datasets import Doc, store
 from harness.methods.base import Context
 from harness.methods.densephrases.model import (PhraseModel, Scored, Window, _pad, rc_predict, score_passages,
@@ -188,8 +189,6 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
         keep = gold_docs(inputs["data"])
         docs = [d for d in docs if d.id in keep]
     tune = tune_threshold(ctx.cfg, s, model)
-    from harness.cost import startup_done
-
     startup_done()  # the rest is per document (python -m harness estimate); the threshold's tuning counts once
     t0 = time.perf_counter()
     dump = dump_corpus(model, s, docs, out / DUMP_DIR, tune["threshold"])

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from harness.artifacts import write_docids
+from harness.cost import startup_done
 from harness.datasets import store
+from harness.indexes import pyserini_env
 from harness.methods.lightretriever.model import LightModel, doc_text
 from harness.methods.lightretriever.settings import settings
 from harness.models.runtime import torch_for
@@ -80,12 +82,8 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
     from harness.meta import folder_bytes
 
     s = settings(cfg)
-    from harness.cost import startup_done
-
     model = LightModel.load(inputs["model"])
     if sparse:
-        from harness.indexes import pyserini_env
-
         pyserini_env.start_jvm()  # the JVM the impact index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)
     ms = model.s

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from harness.artifacts import read_docids, write_docids
+from harness.cost import startup_done
 from harness.datasets import store
 from harness.errors import DataError
-from harness.indexes import build_index, load_index
+from harness.indexes import build_index, load_index, pyserini_env
 from harness.indexes.lucene import LUCENE_DIR, analyze_words
 from harness.methods.qcr.codebook import usage
 from harness.methods.qcr.model import QCRModel
@@ -61,9 +62,6 @@ def load_codes(folder: Path, *, allow_pickle: bool = False) -> tuple[np.ndarray,
 
 def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path) -> dict[str, Any]:
     """Encode the corpus into codes (``codes.npy``, doc ids) and index their strings."""
-    from harness.cost import startup_done
-    from harness.indexes import pyserini_env
-
     model = QCRModel.load(model_dir)
     pyserini_env.start_jvm()  # the JVM the Lucene index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)
