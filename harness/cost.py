@@ -109,13 +109,17 @@ _OOM_MARKS = ("can't allocate memory", "not enough memory", "out of memory", "ca
 
 
 @contextlib.contextmanager
-def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
+def memory_guard(what: str, enabled: bool = True, sub_batch: str | None = None) -> Iterator[None]:
     """Run ``what`` (e.g. "train dpr") with its address space capped at what it has plus the memory
     the machine has available, so that a job too large for the machine fails with one line naming the
     memory it had and what it was allocating (ResourceError), instead of the kernel's OOM killer
-    ending it (or another process) without a word. POSIX only; a no-op where limits cannot be set."""
+    ending it (or another process) without a word. ``sub_batch``: the job's GradCache setting
+    (:func:`harness.methods.base.sub_batch_key`), which the error's fix names. POSIX only; a no-op
+    where limits cannot be set."""
     from harness.errors import ResourceError
 
+    smaller = (f", or set {sub_batch} to train the same batch in GradCache sub-batches of that many texts (the "
+               "same gradients; activations of that many texts at a time)") if sub_batch else ""
     gpu = _cuda_device()
     # no address-space cap on a machine with a GPU (torch need not be loaded yet: the job imports it
     # after the guard begins): the GPU's memory is what limits such a job (its out-of-memory error is
@@ -140,15 +144,15 @@ def memory_guard(what: str, enabled: bool = True) -> Iterator[None]:
             peak, total = _gpu_memory()
             raise ResourceError(f"{what}: out of GPU memory at this shape ({text[:200]}); it had allocated "
                                 f"{peak / 2**30:.1f} GiB at its peak of the {total / 2**30:.1f} GiB of {gpu}",
-                                fix="run it on a GPU with more memory, or shrink its batch in the profile "
-                                    "(or a sub-batch setting where the method has one)") from None
+                                fix="run it on a GPU with more memory" + (smaller or ", or shrink its batch in the "
+                                                                                         "profile")) from None
         if avail is None or not oom:
             raise
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         raise ResourceError(f"{what}: out of memory at this shape ({text[:200]}); it held {peak / 2**30:.1f} GiB at its "
                             f"peak, the machine had {avail / 2**30:.1f} GiB available when it started",
-                            fix="run it where there is more memory (a GPU node for cuda jobs), or shrink its batch "
-                                "in the profile") from None
+                            fix="run it where there is more memory (a GPU node for cuda jobs)"
+                                + (smaller or ", or shrink its batch in the profile")) from None
     finally:
         if avail is not None:
             resource.setrlimit(resource.RLIMIT_AS, old)

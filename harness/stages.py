@@ -44,7 +44,7 @@ def run_stage(stage: str, argv: list[str]) -> int:
     numerics.apply(mode)  # before numpy, torch and faiss load (load_config imports them)
     from harness import plan as hplan
     from harness.meta import write_meta
-    from harness.methods.base import Context
+    from harness.methods.base import Context, sub_batch_key
 
     cfg = load_config(args.config)
     numerics.check(cfg, requested)
@@ -62,7 +62,8 @@ def run_stage(stage: str, argv: list[str]) -> int:
     with atomic_path(args.out) as tmp:
         tmp.mkdir()
         t_step = time.perf_counter()
-        with _init_only(job), cost.memory_guard(f"{stage} {job.id}", cfg.get("device_fallback", False)):
+        with _init_only(job), cost.memory_guard(f"{stage} {job.id}", cfg.get("device_fallback", False),
+                                                sub_batch=sub_batch_key(job.method) if stage == "train" else None):
             info: dict[str, Any] = dict(fn(ctx, job, inputs, tmp) or {})  # (_init_only: harness.learning's control)
         if stage == "train":
             from harness.train import loss_check

@@ -90,6 +90,7 @@ class TrainSettings:
     grad_clip: float | None = 2.0
     log_every: int = 50
     save_every: int | None = None
+    grad_cache_chunk: int = 0  # texts per GradCache sub-batch (:func:`sub_batch_step`); 0: the batch in one graph
     min_batch: int = 2  # not a config key: the method's rule (the reader trains on single questions)
 
     @classmethod
@@ -110,6 +111,15 @@ class TrainSettings:
             raise ConfigError(f"grad_accum and log_every must be >= 1, got {self.grad_accum}, {self.log_every}")
         if int(self.batch_size) < max(1, self.min_batch):
             raise ConfigError(f"batch_size must be >= {max(1, self.min_batch)}, got {self.batch_size}")
+        if int(self.grad_cache_chunk or 0) < 0:
+            raise ConfigError(f"grad_cache_chunk must be >= 0, got {self.grad_cache_chunk}")
+        if int(self.grad_cache_chunk or 0) and self.precision == "fp16":
+            raise ConfigError("grad_cache_chunk: a GradCache step runs its own backward pass, without fp16's loss scaling",
+                              fix="train in bf16 or fp32, or set grad_cache_chunk: 0")
+        if int(self.grad_cache_chunk or 0) and int(self.grad_accum) > 1:
+            raise ConfigError(f"grad_cache_chunk {self.grad_cache_chunk} with grad_accum {self.grad_accum}: a GradCache "
+                              "step back-propagates the whole batch's loss itself, undivided",
+                              fix="set grad_accum: 1 (GradCache already fits the whole batch in sub-batches)")
 
 
 def set_seed(seed: int) -> None:
@@ -351,19 +361,41 @@ def _print_progress(step: int, total: int, losses: list[float], parts: list[dict
     sys.stdout.flush()
 
 
+def rows(batch: Mapping[str, Any], items: Sequence[int]) -> dict[str, Any]:
+    """The rows ``items`` (consecutive indices, as :func:`grad_cache_step` hands them out) of a
+    tokenized batch: each sub-batch keeps the whole batch's padding, so its inputs are the rows the
+    one-graph step encodes."""
+    lo, hi = int(items[0]), int(items[-1]) + 1
+    return {k: v[lo:hi] for k, v in batch.items()}
+
+
+def sub_batch_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int):
+    """A bi-encoder step at any batch size: ``loss_fn(*reps)`` of the groups' representations
+    (``encode``: one callable, or one per group). ``chunk`` 0, or every group within one sub-batch:
+    one graph, the loss returned with it (the loop back-propagates it: fp16 loss scaling, gradient
+    accumulation); else :func:`grad_cache_step` (the same gradients to float rounding, the memory of
+    ``chunk`` texts' activations instead of the batch's). DPR, BPR and VDR/SVDR train through it
+    (``methods.<m>.grad_cache_chunk``)."""
+    encs = list(encode) if isinstance(encode, (list, tuple)) else [encode] * len(groups)
+    if not chunk or all(len(items) <= chunk for items in groups):
+        return loss_fn(*[enc(items) for enc, items in zip(encs, groups)])
+    return grad_cache_step(encs, groups, loss_fn, chunk)
+
+
 def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int):
-    """One GradCache step (Gao et al., 2021): ``encode(items)`` -> a tensor or a tuple of tensors (rows
-    = items) for each group, in sub-batches of ``chunk`` without a graph; ``loss_fn(*reps)`` on the
+    """One GradCache step (Gao et al., 2021): ``encode(items)`` (one callable, or one per group) ->
+    a tensor or a tuple of tensors (rows = items) for each group, in sub-batches of ``chunk`` without a graph; ``loss_fn(*reps)`` on the
     whole batch (a tuple-valued group is passed as its tuple) and its gradient w.r.t. the
     representations; then every sub-batch re-encoded under the random state of its first pass (the
     CPU's and, where it is in use, the CUDA device's: the same dropout masks) and back-propagated with
     its slice of that gradient. Gradients accumulate in the parameters; returns (detached loss, parts).
     With one sub-batch per group nothing is cached: the loss is back-propagated as it is.
-    QCR (§3.2) and LightRetriever's passages at the paper's batch on one GPU use it."""
+    QCR (§3.2), LightRetriever's passages, and DPR, BPR, VDR/SVDR through :func:`sub_batch_step` use it."""
     import torch
 
+    encs = list(encode) if isinstance(encode, (list, tuple)) else [encode] * len(groups)
     if all(len(items) <= chunk for items in groups):  # one sub-batch each: the cache would encode twice for nothing
-        loss, parts = loss_fn(*[encode(items) for items in groups])
+        loss, parts = loss_fn(*[enc(items) for enc, items in zip(encs, groups)])
         loss.backward()
         return loss.detach(), parts
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
@@ -377,23 +409,23 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
             torch.cuda.set_rng_state(st[1])
 
     reps, states, tupled = [], [], []
-    for items in groups:
+    for enc, items in zip(encs, groups):
         outs, st = [], []
         for i in range(0, len(items), chunk):
             st.append(state())
             with torch.no_grad():
-                out = encode(items[i:i + chunk])
+                out = enc(items[i:i + chunk])
             outs.append(out if isinstance(out, tuple) else (out,))
         tupled.append(isinstance(out, tuple))
         reps.append(tuple(torch.cat(col).detach().requires_grad_() for col in zip(*outs)))
         states.append(st)
     loss, parts = loss_fn(*[r if t else r[0] for r, t in zip(reps, tupled)])
     loss.backward()
-    for items, rep, st in zip(groups, reps, states):
+    for enc, items, rep, st in zip(encs, groups, reps, states):
         for j, i in enumerate(range(0, len(items), chunk)):
             now = state()
             restore(st[j])
-            out = encode(items[i:i + chunk])
+            out = enc(items[i:i + chunk])
             restore(now)
             outs = out if isinstance(out, tuple) else (out,)
             pairs = [(o, r.grad[i:i + chunk]) for o, r in zip(outs, rep) if r.grad is not None]

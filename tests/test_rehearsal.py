@@ -256,6 +256,14 @@ def test_a_job_too_large_for_the_machine_fails_naming_its_memory():
     with pytest.raises(ResourceError, match=r"train big: out of memory at this shape .*GiB at its peak.*GiB available"):
         with cost.memory_guard("train big"):
             torch.empty(big, dtype=torch.uint8)
+    # a method with GradCache sub-batches: the fix names its setting, not a smaller batch
+    from harness.methods.base import sub_batch_key
+
+    with pytest.raises(ResourceError, match=r"set methods\.dpr\.grad_cache_chunk to train the same batch") as err:
+        with cost.memory_guard("train dpr", sub_batch=sub_batch_key("dpr")):
+            torch.empty(big, dtype=torch.uint8)
+    assert "shrink its batch" not in str(err.value)
+    assert sub_batch_key("qcr") == "methods.qcr.chunk_size" and sub_batch_key("reader") is None
     assert torch.empty(big, dtype=torch.uint8).numel() == big  # the cap is lifted afterwards
     with cost.memory_guard("train small"):
         assert torch.ones(1000).sum() == 1000

@@ -124,6 +124,19 @@ def _affects(name: str) -> dict[str, tuple[str, ...]]:
     return _affects_of(name, METHODS.get(name) if name in METHODS else STEPS.get(name))
 
 
+#: the fields that split a training batch into GradCache sub-batches (the same gradients, less memory)
+SUB_BATCH_KEYS = ("grad_cache_chunk", "chunk_size")
+
+
+def sub_batch_key(name: str) -> str | None:
+    """The dotted key of section ``name`` that trains its batch in GradCache sub-batches, if it has
+    one (DPR, BPR, VDR/SVDR, LightRetriever: ``grad_cache_chunk``; QCR: ``chunk_size``): what a job out
+    of memory at the paper's batch may set instead of shrinking the batch."""
+    fields = _affects(name) if name else {}
+    key = next((k for k in SUB_BATCH_KEYS if k in fields), None)
+    return f"{_prefix(name)}.{key}" if key else None
+
+
 @cache
 def _affects_of(name: str, module: str) -> dict[str, tuple[str, ...]]:
     return schema_affects(_fragment(name), f"schema of {name} ({module})")

@@ -138,11 +138,15 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
     examples = loop.subsample(training_examples(tctx, negatives_file), m.get("max_train_questions"), seed)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
     doc_ids = list(docs)
+    ts = loop.TrainSettings.from_config(m)
     model = BiEncoder.from_backbone(ctx)
     params = list({id(p): p for p in list(model.q.parameters()) + list(model.p.parameters())}.values())
-    ts = loop.TrainSettings.from_config(m)
     device = loop.resolve_device(ts.device)
     n_hard = m.get("hard_negatives", 1)
+
+    def loss_fn(eq, ep):
+        scores = eq @ ep.T
+        return torch.nn.functional.cross_entropy(scores, torch.arange(len(eq), device=scores.device)), {}
 
     def step_fn(batch: list[tuple[Query, list[str]]], step: int, rng: random.Random):
         pids = [q.gold[0] for q, _ in batch]
@@ -151,8 +155,9 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
             pids += pool_[:n_hard]
         qb = model._batch_q([q.text for q, _ in batch]).to(device)
         pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids]).to(device)
-        scores = model.embed_q(qb) @ model.embed_p(pb).T
-        return torch.nn.functional.cross_entropy(scores, torch.arange(len(batch), device=scores.device)), {}
+        # grad_cache_chunk > 0: the paper's batch in sub-batches of that many texts (GradCache)
+        return loop.sub_batch_step([lambda i: model.embed_q(loop.rows(qb, i)), lambda i: model.embed_p(loop.rows(pb, i))],
+                                   [range(len(batch)), range(len(pids))], loss_fn, ts.grad_cache_chunk)
 
     info = loop.train_loop(examples, step_fn, params, settings=ts, seed=seed, out=out, save=model.save,
                            modules=[model.q, model.p])

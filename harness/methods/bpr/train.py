@@ -28,9 +28,9 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
     tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
     examples = loop.subsample(dpr.training_examples(tctx, negatives_file), m["max_train_questions"], seed)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
+    ts = loop.TrainSettings.from_config(m)
     model = dpr.BiEncoder.from_backbone(ctx)
     params = list({id(p): p for p in list(model.q.parameters()) + list(model.p.parameters())}.values())
-    ts = loop.TrainSettings.from_config(m)
     device = loop.resolve_device(ts.device)
     n_hard = m.get("hard_negatives", 1)
     doc_ids = list(docs)
@@ -42,8 +42,14 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
             pids += pool_[:n_hard]
         qb = model._batch_q([q.text for q, _ in batch]).to(device)
         pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids]).to(device)
-        return bpr_loss(model.embed_q(qb), model.embed_p(pb), step, gamma=m["gamma"], cand_loss=m["cand_loss"],
-                        margin=m["margin"], reduction=m["cand_reduction"])
+
+        def loss_fn(eq, ep):
+            return bpr_loss(eq, ep, step, gamma=m["gamma"], cand_loss=m["cand_loss"], margin=m["margin"],
+                            reduction=m["cand_reduction"])
+
+        # grad_cache_chunk > 0: the paper's batch in sub-batches of that many texts (GradCache)
+        return loop.sub_batch_step([lambda i: model.embed_q(loop.rows(qb, i)), lambda i: model.embed_p(loop.rows(pb, i))],
+                                   [range(len(batch)), range(len(pids))], loss_fn, ts.grad_cache_chunk)
 
     info = loop.train_loop(examples, step_fn, params, settings=ts, seed=seed, out=out, save=model.save,
                            modules=[model.q, model.p])

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from harness.datasets import Query, store
-from harness.errors import ConfigError, DataError
+from harness.errors import DataError
 from harness.methods.lightretriever.model import LightModel, contrastive, doc_text, flops, kl_align, mrl, ramp
 from harness.methods.lightretriever.settings import NAME, instruction_for
 from harness.models.runtime import torch_for
@@ -207,11 +207,8 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     groups = training_groups(s, sets, seed)
     if not groups:
         raise DataError(f"methods.{NAME}: no training batch: the training sets have fewer than 2 questions")
-    if int(s.get("grad_cache_chunk") or 0) and s["precision"] == "fp16":
-        raise ConfigError(f"methods.{NAME}.grad_cache_chunk: a GradCache step runs its own backward pass, without "
-                          f"fp16's loss scaling", fix="train in bf16 or fp32, or set grad_cache_chunk: 0")
+    ts = loop.TrainSettings.from_config(s)   # before the model: grad_cache_chunk with fp16 fails here
     model = LightModel.from_backbone(cfg, s)
-    ts = loop.TrainSettings.from_config(s)
     ts = replace(ts, batch_size=1, min_batch=1)   # one example = one pre-formed single-set batch
     step_fn = BatchLoss(model, s, sets, docs)
     params = [p for p in model.lm.parameters() if p.requires_grad]

@@ -107,11 +107,15 @@ def _step(s: Mapping[str, Any], enc: VDRModel, docs: Mapping[str, Doc], retrieve
                     pids.append(pool_[0])
         qb = enc.q.tokenize(qtexts, s["q_max_len"])
         pb = enc.p.tokenize([passage_text(docs[p]) for p in pids], s["p_max_len"])
-        eq = enc.q.pooled(qb, grad=True)
-        ep = enc.p.pooled(pb, grad=True)
-        loss = svdr_loss(s, eq, ep, enc.q.topk_mask(eq, qb["input_ids"]), enc.p.topk_mask(ep, pb["input_ids"]),
-                         enc.q.binary(qb["input_ids"]), enc.p.binary(pb["input_ids"]))
-        return loss, {}
+
+        def loss_fn(eq, ep):
+            return svdr_loss(s, eq, ep, enc.q.topk_mask(eq, qb["input_ids"]), enc.p.topk_mask(ep, pb["input_ids"]),
+                             enc.q.binary(qb["input_ids"]), enc.p.binary(pb["input_ids"])), {}
+
+        # grad_cache_chunk > 0: the paper's batch in sub-batches of that many texts (GradCache)
+        return loop.sub_batch_step([lambda i: enc.q.pooled(loop.rows(qb, i), grad=True),
+                                    lambda i: enc.p.pooled(loop.rows(pb, i), grad=True)],
+                                   [range(len(qtexts)), range(len(pids))], loss_fn, int(s.get("grad_cache_chunk") or 0))
 
     return step_fn
 
@@ -128,8 +132,8 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
     tctx = Context(ctx.cfg, ctx.method, s["train_dataset"])
     examples = loop.subsample(dpr.training_examples(tctx, negatives_file), s.get("max_train_questions"), seed)
     docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
-    enc = VDRModel.from_backbone(ctx.cfg, s)
     ts = loop.TrainSettings.from_config(s, log_every=20)
+    enc = VDRModel.from_backbone(ctx.cfg, s)
     n_hard = int(s["hard_negatives"])
     total = loop.total_steps(len(examples), ts.batch_size, ts.epochs, ts.grad_accum)
     retrieval_step = total if n_hard == 0 or s["retrieval_start"] >= 1.0 else math.floor(s["retrieval_start"] * total)

@@ -1,0 +1,119 @@
+"""GradCache sub-batches for the bi-encoders (``methods.<m>.grad_cache_chunk``, harness.train.sub_batch_step):
+the paper's batch in sub-batches gives the one-graph step's loss and gradients (DPR, BPR, VDR/SVDR
+trained end to end both ways), and the settings it cannot serve are refused."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from harness.config import load_config
+from harness.datasets import prepare
+from harness.errors import ConfigError
+from harness.io import write_jsonl
+from harness.methods.base import Context
+from harness.train import TrainSettings, rows, sub_batch_step
+
+torch = pytest.importorskip("torch")
+
+
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.Tanh(), torch.nn.Linear(12, 4)), \
+        torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.Tanh(), torch.nn.Linear(12, 4))
+
+
+def _loss(a, b):
+    scores = a @ b.T
+    return torch.nn.functional.cross_entropy(scores, torch.arange(len(a))), {}
+
+
+def test_sub_batches_give_the_one_graph_loss_and_gradients_with_one_encoder_per_group():
+    qnet, pnet = _net()
+    qb = {"x": torch.randn(5, 6)}
+    pb = {"x": torch.randn(10, 6)}
+    encs = [lambda i: qnet(rows(qb, i)["x"]), lambda i: pnet(rows(pb, i)["x"])]
+    groups = [range(5), range(10)]
+    loss, _ = sub_batch_step(encs, groups, _loss, 0)
+    assert loss.requires_grad  # one graph: the loop back-propagates it (fp16 scaling, grad_accum)
+    loss.backward()
+    full = [p.grad.clone() for p in [*qnet.parameters(), *pnet.parameters()]]
+    for p in [*qnet.parameters(), *pnet.parameters()]:
+        p.grad = None
+    cached, _ = sub_batch_step(encs, groups, _loss, 3)  # 2 + 4 sub-batches, the last ones short
+    assert not cached.requires_grad and cached.item() == pytest.approx(loss.item(), abs=1e-6)
+    for a, p in zip(full, [*qnet.parameters(), *pnet.parameters()]):
+        assert torch.allclose(a, p.grad, atol=1e-6) and float(a.abs().sum()) > 0
+    # a chunk that holds every group is the one-graph step
+    assert sub_batch_step(encs, groups, _loss, 10)[0].requires_grad
+
+
+def test_rows_are_the_batchs_own_rows_with_its_padding():
+    batch = {"input_ids": torch.arange(12).view(4, 3), "attention_mask": torch.ones(4, 3)}
+    part = rows(batch, range(1, 3))
+    assert part["input_ids"].tolist() == [[3, 4, 5], [6, 7, 8]] and part["attention_mask"].shape == (2, 3)
+
+
+def test_settings_a_gradcache_step_cannot_serve_are_refused():
+    with pytest.raises(ConfigError, match="fp16"):
+        TrainSettings.from_config({"grad_cache_chunk": 8, "precision": "fp16"})
+    with pytest.raises(ConfigError, match="grad_accum"):
+        TrainSettings.from_config({"grad_cache_chunk": 8, "grad_accum": 2})
+    with pytest.raises(ConfigError, match="grad_cache_chunk"):
+        TrainSettings.from_config({"grad_cache_chunk": -1})
+    assert TrainSettings.from_config({"grad_cache_chunk": 8, "precision": "bf16"}).grad_cache_chunk == 8
+
+
+@pytest.fixture
+def no_dropout(monkeypatch):
+    """Every module stays in eval mode: without dropout, the one-graph step and GradCache's
+    sub-batches see the same network (GradCache replays its own masks, not the one graph's)."""
+    orig = torch.nn.Module.train
+    monkeypatch.setattr(torch.nn.Module, "train", lambda self, mode=True: orig(self, False))
+
+
+def _losses(folder):
+    with open(folder / "loss.tsv", encoding="utf-8") as fh:
+        return [float(r["loss"]) for r in csv.DictReader(fh, delimiter="\t")]
+
+
+@pytest.mark.parametrize("method", ["dpr", "bpr", "svdr"])
+def test_a_method_trained_in_sub_batches_trains_as_in_one_graph(method, tmp_path, no_dropout):
+    """The method's own train job, 2 optimizer steps at batch 8 (16 passages), once in one graph and
+    once in sub-batches of 3: the first step's loss agrees (the same weights, batch and loss: the
+    wiring of groups and loss), the second's too (the update came from the same gradients), and the
+    trained passage encoders agree."""
+    from harness.methods import bpr, dpr, vdr
+
+    tiny = {"epochs": 1, "batch_size": 8, "max_train_questions": 16, "p_max_len": 48, "q_max_len": 16, "lr": 5e-4,
+            "log_every": 1}
+    if method == "svdr":
+        tiny.update(topk=64, retrieval_start=0.5)  # the second step's negative from the token index
+    out = {}
+    for chunk in (0, 3):
+        root = tmp_path / f"c{chunk}"
+        cfg = load_config([], overrides={"results_dir": str(root / "results"),
+                                         "methods": {method: {**tiny, "grad_cache_chunk": chunk}}})
+        ctx = bpr.variant_context(cfg, None, "smoke") if method == "bpr" else Context(cfg, method, "smoke")
+        ctx.data_dir().mkdir(parents=True)
+        prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
+        negs = root / "negs.jsonl"
+        write_jsonl(negs, [])
+        model = root / "model"
+        model.mkdir()
+        info = {"dpr": dpr.train, "bpr": bpr.train, "svdr": vdr.train}[method](ctx, model, negs)
+        assert info["steps"] == 2
+        out[chunk] = model
+    one, cached = _losses(out[0]), _losses(out[3])
+    assert cached[0] == pytest.approx(one[0], rel=1e-5)
+    assert cached[1] == pytest.approx(one[1], rel=1e-3)
+    from safetensors.torch import load_file
+
+    files = sorted(out[0].rglob("*.safetensors"))
+    assert files, f"no saved weights under {out[0]}"
+    for f in files:  # Adam's first steps move a weight by up to lr (5e-4) whatever its gradient's size, so a
+        # near-zero gradient that differs in its rounding may move one weight apart (7.8e-5 seen); on average
+        # they agree to 1e-9
+        a, b = load_file(f), load_file(out[3] / f.relative_to(out[0]))
+        diff = torch.cat([(a[k] - b[k]).abs().flatten() for k in a])
+        assert float(diff.mean()) < 1e-7 and float(diff.max()) < 5e-4, (f.relative_to(out[0]), diff.mean(), diff.max())
