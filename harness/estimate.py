@@ -214,6 +214,7 @@ def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
             _bound_search(cfg, job, row, _documents_searched(root, d))
         row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
         row["fallbacks"] = "; ".join(d.get("fallbacks", []))
+        _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
         row["bytes"] = d.get("bytes")
         rows.append(row)
     return rows
@@ -352,6 +353,20 @@ def _bound_search(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], searche
     if searched and full and full > searched:
         row["how"] += f" (each searched {searched:,} documents here, {full:,} in the profile: a lower bound)"
         row["bound"] = "lower"
+
+
+def _note_sub_batches(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], measured: Any) -> None:
+    """A train job measured in GradCache sub-batches where the profile trains in one graph (or in
+    other sub-batches): the row says so. A GradCache step encodes every text twice (once without a
+    graph), about 4/3 of one graph's compute, so such a projection is high; it is not rescaled."""
+    from harness.settings import lookup_key
+
+    if job.stage != "train" or not measured:
+        return
+    want = int(lookup_key(cfg, f"methods.{job.method}.grad_cache_chunk") or 0)
+    if int(measured) != want:
+        row["how"] += (f" (measured in GradCache sub-batches of {int(measured)}, the profile "
+                       + (f"uses {want}" if want else "trains in one graph") + ": about 4/3 of one graph's compute)")
 
 
 def failures(root: Any) -> list[tuple[str, str]]:

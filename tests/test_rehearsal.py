@@ -159,7 +159,8 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert "pricing" not in cost.record("index", {"documents": 500}, 10.0)
     assert "seconds_per_unit" not in cost.record("measure", {}, 5.0)
     for folder, meta in {
-        "models/dpr": {"kind": "model", "job": "dpr", "cost": cost.record("train", {"steps": 2}, 30.0)},
+        "models/dpr": {"kind": "model", "job": "dpr", "cost": cost.record("train", {"steps": 2}, 30.0),
+                       "grad_cache_chunk": 32},  # trained in sub-batches where the profile uses one graph
         "indexes/dpr/nq": {"kind": "index", "job": "dpr", "dataset": "nq", "bytes": 1000, "documents": 500,
                            "cost": cost.record("index", {"documents": 500}, 10.0)},
         "runs/nq/dpr": {"kind": "run", "job": "dpr", "dataset": "nq", "bytes": 32 * 2**10,
@@ -172,6 +173,8 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     every = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
     rows = {r["stage"]: r for r in every if r["job"] == "dpr"}
     assert rows["train"]["seconds"] == 15.0 * 40 * 460 and rows["train"]["kind"] == "projected"
+    assert "(measured in GradCache sub-batches of 32, the profile trains in one graph" in rows["train"]["how"]
+    assert "GradCache" not in rows["index"]["how"]
     assert abs(rows["index"]["seconds"] - 20.0 * 21015.324) < 1e-6
     assert abs(rows["search"]["seconds"] - 0.1 * 3610) < 1e-6
     # disk: an index grows with its documents (1,000 bytes for 500 -> NQ's 21,015,324), a run file with its

@@ -163,7 +163,7 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
                            modules=[model.q, model.p])
     return {"steps": info["steps"], "examples": len(examples), "train_dataset": m["train_dataset"],
             "seconds": info["seconds"], "loss_first": info["loss_first"], "loss_last": info["loss_last"],
-            "backbone": m["backbone"]}
+            "backbone": m["backbone"], "grad_cache_chunk": ts.grad_cache_chunk}
 
 
 class Searcher:

@@ -58,4 +58,4 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
             "cand_first": info.get("cand_first", []), "cand_last": info.get("cand_last", []),
             "rerank_first": info.get("rerank_first", []), "rerank_last": info.get("rerank_last", []),
             "beta_last": info["beta_last"][-1] if info.get("beta_last") else 1.0, "backbone": m["backbone"],
-            "settings": train_signature(m)}
+            "settings": train_signature(m), "grad_cache_chunk": ts.grad_cache_chunk}

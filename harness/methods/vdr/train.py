@@ -147,6 +147,7 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
         "steps": res["steps"], "examples": len(examples), "train_dataset": s["train_dataset"], "ablation": ablation,
         "seconds": res["seconds"], "loss_first": res["loss_first"], "loss_last": res["loss_last"],
         "backbone": s["backbone"], "settings": train_signature(s), "retrieval_from_step": retrieval_step,
+        "grad_cache_chunk": ts.grad_cache_chunk,
     }
     if retriever is not None:
         ms = [x * 1000 for x in retriever.search_seconds]
