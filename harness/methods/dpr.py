@@ -20,7 +20,7 @@ from harness.datasets import Query, store
 from harness.errors import ConfigError, DataError
 from harness.io import iter_jsonl
 from harness.methods.base import Context, affects, training_keys, wants_gpu
-from harness.models.runtime import quiet_transformers, torch_for
+from harness.models.runtime import encode_device, quiet_transformers, torch_for
 from harness.job import Job, Ref
 from harness.progress import batches
 
@@ -53,6 +53,14 @@ class BiEncoder:
 
     def __init__(self, ctx: Context, q_model, p_model, tokenizer) -> None:
         self.ctx, self.q, self.p, self.tok = ctx, q_model, p_model, tokenizer
+        self.device = "cpu"
+
+    def to(self, device: str) -> BiEncoder:
+        """Move both encoders to ``device``; inputs follow, encodings come back as CPU numpy arrays."""
+        self.q.to(device)
+        self.p.to(device)
+        self.device = device
+        return self
 
     @classmethod
     def from_backbone(cls, ctx: Context) -> BiEncoder:
@@ -64,13 +72,16 @@ class BiEncoder:
         return cls(ctx, q, p, load_tokenizer(ctx.cfg, ctx.mcfg["backbone"]))
 
     @classmethod
-    def load(cls, ctx: Context, folder: Path) -> BiEncoder:
+    def load(cls, ctx: Context, folder: Path, device: str = "cpu") -> BiEncoder:
+        """The trained encoders of ``folder`` on ``device`` (index and search jobs: the section's,
+        :func:`harness.models.runtime.encode_device`)."""
         from transformers import AutoModel, AutoTokenizer
 
         quiet_transformers()
         q = AutoModel.from_pretrained(folder / ENCODERS[0])
         p = q if ctx.mcfg.get("shared_encoder", False) else AutoModel.from_pretrained(folder / ENCODERS[1])
-        return cls(ctx, q, p, AutoTokenizer.from_pretrained(folder / ENCODERS[0]))
+        model = cls(ctx, q, p, AutoTokenizer.from_pretrained(folder / ENCODERS[0]))
+        return model.to(device) if device != "cpu" else model
 
     def save(self, folder: Path) -> None:
         for name, model in zip(ENCODERS, (self.q, self.p)):
@@ -98,7 +109,7 @@ class BiEncoder:
         out = []
         with torch.inference_mode():
             for i in range(0, len(texts), bs):
-                out.append(self.embed_q(self._batch_q(texts[i:i + bs])).float().numpy())
+                out.append(self.embed_q(self._batch_q(texts[i:i + bs]).to(self.device)).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self.q.config.hidden_size), np.float32)
 
     def encode_passages(self, titles: Sequence[str], texts: Sequence[str]) -> np.ndarray:
@@ -108,7 +119,7 @@ class BiEncoder:
         out = []
         with torch.inference_mode():
             for i in batches(len(texts), bs, "encode passages (dpr)", "passage"):
-                out.append(self.embed_p(self._batch_p(titles[i:i + bs], texts[i:i + bs])).float().numpy())
+                out.append(self.embed_p(self._batch_p(titles[i:i + bs], texts[i:i + bs]).to(self.device)).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self.p.config.hidden_size), np.float32)
 
 
@@ -169,12 +180,12 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
 class Searcher:
     """Loaded model + index, so timing can call ``encode`` (E(q)) and ``search`` (f(q, D)) apart."""
 
-    def __init__(self, ctx: Context, index_dir: Path, model_dir: Path) -> None:
+    def __init__(self, ctx: Context, index_dir: Path, model_dir: Path, device: str = "cpu") -> None:
         from harness.indexes import parse_spec
         from harness.indexes.faiss_dense import DenseFaissIndex
 
         spec = ctx.mcfg.get("index", "faiss:Flat")
-        self.model = BiEncoder.load(ctx, model_dir)
+        self.model = BiEncoder.load(ctx, model_dir, device)
         self.index = DenseFaissIndex.load(index_dir, parse_spec(spec)[1])
         self.docids = read_docids(index_dir, expect=self.index.ntotal)
 
@@ -295,7 +306,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
 
     spec = ctx.mcfg.get("index", "faiss:Flat")
     _, factory = parse_spec(spec)
-    model = BiEncoder.load(ctx, model_dir)
+    model = BiEncoder.load(ctx, model_dir, encode_device(ctx.mcfg))
     startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(data_dir or ctx.data_dir()))
     t0 = time.perf_counter()
@@ -318,7 +329,7 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
     k = ctx.cfg["evaluate"]["depth"]
     t0 = time.perf_counter()
-    s = Searcher(ctx, inputs["index"], inputs["model"])
+    s = Searcher(ctx, inputs["index"], inputs["model"], encode_device(ctx.mcfg))
     qvecs = s.encode([q.text for q in queries])
     scores, rows = s.search(qvecs, k)
     hits = s.results([q.id for q in queries], scores, rows)

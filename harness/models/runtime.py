@@ -21,6 +21,17 @@ def torch_for(section: Mapping[str, Any] | None = None, threads: int | None = No
     return torch
 
 
+def encode_device(section: Mapping[str, Any] | None) -> str:
+    """Where a method's index and search jobs encode: its section's ``device``, as its training
+    resolves it (:func:`harness.train.resolve_device`: ``auto`` -> cuda where there is one; ``cuda``
+    without one fails naming the setting, or under ``device_fallback`` runs on the CPU, recorded in
+    meta.json). A section with ``device: cuda`` books a GPU for all its jobs (its index jobs encode
+    the corpus: 21M passages on the paper profile). Timing jobs keep their own rule (``timing.device``)."""
+    from harness.train import resolve_device
+
+    return resolve_device(str((section or {}).get("device", "cpu")))
+
+
 def quiet_transformers() -> None:
     from transformers.utils import logging
 

@@ -16,6 +16,7 @@ from harness.errors import ConfigError
 from harness.methods import dpr
 from harness.methods.base import Context
 from harness.methods.bpr.settings import DEFAULTS
+from harness.models.runtime import encode_device
 from harness.recording import merged
 
 CODES_FILE = "codes.npy"
@@ -38,7 +39,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
 
     spec = merged(DEFAULTS, ctx.mcfg)["index"]
     factory = _binary_spec(spec)
-    model = dpr.BiEncoder.load(ctx, model_dir)
+    model = dpr.BiEncoder.load(ctx, model_dir, encode_device(ctx.mcfg))
     startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(ctx.data_dir()))
     t0 = time.perf_counter()

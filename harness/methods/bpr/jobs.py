@@ -22,6 +22,7 @@ from harness.methods.bpr.settings import (_check, dpr_baseline, dpr_baselines, e
                                           variant_context)
 from harness.methods.bpr.train import train
 from harness.job import Job, Ref
+from harness.models.runtime import encode_device
 
 
 def search_job(cfg: Mapping[str, Any], name: str, dataset: str, split: str = "test") -> Job:
@@ -126,7 +127,7 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     queries = store.read_queries(inputs["data"], job.params.get("split", "test"))
     k = ctx.cfg["evaluate"]["depth"]
     t0 = time.perf_counter()
-    qvecs = dpr.BiEncoder.load(bctx, inputs["model"]).encode_questions([q.text for q in queries])
+    qvecs = dpr.BiEncoder.load(bctx, inputs["model"], encode_device(bctx.mcfg)).encode_questions([q.text for q in queries])
     t_enc = time.perf_counter() - t0
     for system in job.systems:
         v = system.partition(".")[2]
@@ -146,7 +147,7 @@ def run_variant(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -
     vctx = variant_context(ctx.cfg, v, job.dataset)
     queries = store.read_queries(inputs["data"], "test")
     t0 = time.perf_counter()
-    qvecs = dpr.BiEncoder.load(vctx, inputs["model"]).encode_questions([q.text for q in queries])
+    qvecs = dpr.BiEncoder.load(vctx, inputs["model"], encode_device(vctx.mcfg)).encode_questions([q.text for q in queries])
     with tempfile.TemporaryDirectory(prefix="bpr-index-") as tmp:
         build_index(vctx, Path(tmp), inputs["model"])
         s = Searcher(vctx, Path(tmp), None, variant="bflat")
@@ -161,7 +162,7 @@ def run_baselines(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path)
     dctx = Context(ctx.cfg, "dpr", job.dataset)
     queries = store.read_queries(inputs["data"], "test")
     k = ctx.cfg["evaluate"]["depth"]
-    qvecs = dpr.BiEncoder.load(dctx, inputs["model"]).encode_questions([q.text for q in queries])
+    qvecs = dpr.BiEncoder.load(dctx, inputs["model"], encode_device(dctx.mcfg)).encode_questions([q.text for q in queries])
     specs = dpr_baselines(ctx.cfg)
     for system in job.systems:
         b = system.partition(".")[2]

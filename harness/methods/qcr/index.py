@@ -18,6 +18,7 @@ from harness.indexes import build_index, load_index, pyserini_env
 from harness.indexes.lucene import LUCENE_DIR, analyze_words
 from harness.methods.qcr.codebook import usage
 from harness.methods.qcr.model import QCRModel
+from harness.models.runtime import encode_device
 from harness.methods.qcr.settings import CODES_FILE, codebook_size, codes_k
 
 
@@ -62,7 +63,7 @@ def load_codes(folder: Path, *, allow_pickle: bool = False) -> tuple[np.ndarray,
 
 def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path) -> dict[str, Any]:
     """Encode the corpus into codes (``codes.npy``, doc ids) and index their strings."""
-    model = QCRModel.load(model_dir)
+    model = QCRModel.load(model_dir, encode_device(s))
     pyserini_env.start_jvm()  # the JVM the Lucene index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)
     docs = list(store.iter_corpus(data_dir))

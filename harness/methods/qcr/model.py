@@ -57,7 +57,9 @@ class QCRModel:
         return cls(s, enc, tok, proj, FSQ(levels=list(s["levels"])))
 
     @classmethod
-    def load(cls, folder: Path) -> QCRModel:
+    def load(cls, folder: Path, device: str = "cpu") -> QCRModel:
+        """The trained model of ``folder`` on ``device`` (index and search jobs: the section's,
+        :func:`harness.models.runtime.encode_device`; codes come back as CPU numpy arrays)."""
         import torch
         from transformers import AutoModel, AutoTokenizer
         from vector_quantize_pytorch import FSQ
@@ -69,7 +71,11 @@ class QCRModel:
         tok = AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR)
         proj = torch.nn.Linear(enc.config.hidden_size, len(s["levels"]))
         proj.load_state_dict(state["proj"])
-        return cls(s, enc, tok, proj, FSQ(levels=list(s["levels"])))
+        model = cls(s, enc, tok, proj, FSQ(levels=list(s["levels"])))
+        if device != "cpu":
+            for m in model.modules():
+                m.to(device)
+        return model
 
     def save(self, folder: Path) -> None:
         import torch

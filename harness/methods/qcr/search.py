@@ -14,6 +14,7 @@ from harness.artifacts import write_run_with_meta
 from harness.datasets import store
 from harness.methods.qcr.index import code_strings, load_codes, load_lucene, with_words
 from harness.methods.qcr.model import QCRModel
+from harness.models.runtime import encode_device
 from harness.methods.qcr.settings import codebook_size, codes_k
 
 
@@ -72,7 +73,7 @@ def search_model(s: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *,
     that order: the search job's), each cut at depth ``k``."""
     queries = store.read_queries(inputs["data"], split)
     t0 = time.perf_counter()
-    model = QCRModel.load(inputs["model"])
+    model = QCRModel.load(inputs["model"], encode_device(s))
     ms = model.s
     qcodes = encode_queries(model, s, [q.text for q in queries])
     t_enc = time.perf_counter() - t0

@@ -15,7 +15,7 @@ from harness.methods.base import Context
 from harness.methods.vdr.model import VDRModel, passage_text
 from harness.methods.vdr.settings import settings
 from harness.models.backbones import load_tokenizer
-from harness.models.runtime import quiet_transformers
+from harness.models.runtime import encode_device, quiet_transformers
 
 TOKEN_INDEX_FILE = "index.tcsr"
 EMB_INDEX_FILE = "embeddings.npz"
@@ -77,7 +77,7 @@ def emb_index(enc: VDRModel, docs: Sequence[Doc]) -> tuple[SparseEmbeddingIndex,
 def write_emb_index(ctx: Context, data: Path, model: Path, out: Path) -> dict[str, Any]:
     """E_θ(D) of the corpus in ``data`` with the model in ``model``, into ``out``. ``build_seconds`` =
     encoding + CSR assembly (reading the corpus and writing the file excluded)."""
-    enc = VDRModel.load(model, ctx.mcfg.get("torch_threads"))
+    enc = VDRModel.load(model, ctx.mcfg.get("torch_threads"), encode_device(ctx.mcfg))
     startup_done()
     docs = list(store.iter_corpus(data))
     index, build_seconds = emb_index(enc, docs)

@@ -255,7 +255,9 @@ class VDRModel:
         return cls(q, p, s)
 
     @classmethod
-    def load(cls, folder: Path, threads: int | None = None) -> VDRModel:
+    def load(cls, folder: Path, threads: int | None = None, device: str = "cpu") -> VDRModel:
+        """The trained towers of ``folder`` on ``device`` (index and search jobs: the section's,
+        :func:`harness.models.runtime.encode_device`; encodings come back as CPU scipy matrices)."""
         folder = Path(folder)
         if not (folder / MODEL_SETTINGS).exists():
             raise DataError(f"{folder} is not a VDR/SVDR model folder (no {MODEL_SETTINGS})",
@@ -265,7 +267,8 @@ class VDRModel:
             s["torch_threads"] = threads
         q = VDREncoder.load(folder / cls.TOWERS[0], s)
         p = q if s.get("shared_encoder") else VDREncoder.load(folder / cls.TOWERS[1], s)
-        return cls(q, p, s)
+        model = cls(q, p, s)
+        return model.to(device) if device != "cpu" else model
 
     def save(self, folder: Path) -> None:
         folder = Path(folder)

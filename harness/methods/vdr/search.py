@@ -15,6 +15,7 @@ from harness.indexes.sparse_csr import SparseEmbeddingIndex
 from harness.methods.base import Context
 from harness.methods.vdr.index import emb_index, load_token_index
 from harness.methods.vdr.model import VDRModel
+from harness.models.runtime import encode_device
 from harness.rerank import stored, write_reranked
 
 
@@ -31,7 +32,7 @@ def search_variants(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
     k = ctx.cfg["evaluate"]["depth"]
     queries = store.read_queries(inputs["data"], split)
     qids, texts = [q.id for q in queries], [q.text for q in queries]
-    enc = VDRModel.load(inputs["model"], ctx.mcfg.get("torch_threads"))
+    enc = VDRModel.load(inputs["model"], ctx.mcfg.get("torch_threads"), encode_device(ctx.mcfg))
     t0 = time.perf_counter()
     eq = enc.encode_questions(texts)
     tq = enc.binary_questions([enc.question(t) for t in texts])
@@ -72,7 +73,7 @@ def search_ablation(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
     k = ctx.cfg["evaluate"]["depth"]
     queries = store.read_queries(inputs["data"], "test")
     qids = [q.id for q in queries]
-    enc = VDRModel.load(inputs["model"], ctx.mcfg.get("torch_threads"))
+    enc = VDRModel.load(inputs["model"], ctx.mcfg.get("torch_threads"), encode_device(ctx.mcfg))
     eq = enc.encode_questions([q.text for q in queries])
     emb, _ = emb_index(enc, list(store.iter_corpus(inputs["data"])))
     scores, rows = emb.search(eq, k)

@@ -1,0 +1,106 @@
+"""Index and search jobs encode on their method's device (harness.models.runtime.encode_device): a
+section with ``device: cuda`` books a GPU for every job of the method, and its index jobs encode the
+corpus there (the paper profile's 21M passages); without a GPU they fail naming the setting, or, under
+``device_fallback`` (the rehearsal), run on the CPU with the fallback recorded. With a GPU, the
+encodings equal the CPU's."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import cost
+from harness.config import load_config
+from harness.datasets import prepare, store
+from harness.errors import ConfigError
+from harness.io import write_jsonl
+from harness.methods import dpr, vdr
+from harness.methods.base import Context
+from harness.models.runtime import encode_device
+
+torch = pytest.importorskip("torch")
+TINY = {"epochs": 1, "batch_size": 4, "max_train_questions": 4, "p_max_len": 32, "q_max_len": 16}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A DPR and an SVDR model of one optimizer step on the smoke fixture."""
+    root = tmp_path_factory.mktemp("encdev")
+    cfg = load_config([], overrides={"results_dir": str(root / "results"),
+                                     "methods": {"dpr": TINY, "svdr": {**TINY, "topk": 32, "retrieval_start": 1.0}}})
+    ctx = Context(cfg, "dpr", "smoke")
+    ctx.data_dir().mkdir(parents=True)
+    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
+    negs = root / "negs.jsonl"
+    write_jsonl(negs, [])
+    out = {}
+    for name, train in (("dpr", dpr.train), ("svdr", vdr.train)):
+        out[name] = root / name
+        out[name].mkdir()
+        train(Context(cfg, name, "smoke"), out[name], negs)
+    return cfg, out, root
+
+
+def _with_device(cfg, device):
+    import copy
+
+    c = copy.deepcopy(cfg)
+    for m in ("dpr", "svdr"):
+        c["methods"][m]["device"] = device
+    return c
+
+
+def test_encode_device_follows_the_section_and_falls_back_only_where_allowed():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: nothing to fall back from")
+    assert encode_device({"device": "cpu"}) == "cpu" and encode_device({}) == "cpu" and encode_device(None) == "cpu"
+    assert encode_device({"device": "auto"}) == "cpu"
+    cost.allow_fallbacks(False)
+    with pytest.raises(ConfigError, match="device_fallback"):
+        encode_device({"device": "cuda"})
+    cost.allow_fallbacks(True)
+    try:
+        assert encode_device({"device": "cuda"}) == "cpu"
+        assert cost.fallbacks() == ["device cuda -> cpu: torch sees no CUDA device"]
+    finally:
+        cost.allow_fallbacks(False)
+
+
+@pytest.mark.parametrize("method", ["dpr", "svdr"])
+def test_an_index_job_encodes_on_its_sections_device(models, tmp_path, method):
+    """The index job of a ``device: cuda`` section asks for CUDA: on a CPU machine it fails naming the
+    setting, and under the rehearsal's fallback it runs here and records the fallback (before this, every
+    index job encoded on the CPU whatever the section said, beside the GPU the plan booked for it)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the job runs there (test_encodings_on_the_gpu_equal_the_cpus)")
+    cfg, out, _ = models
+    ctx = Context(_with_device(cfg, "cuda"), method, "smoke")
+
+    def build(folder):
+        folder.mkdir()
+        if method == "dpr":
+            return dpr.build_index(ctx, folder, out["dpr"])
+        return vdr.write_emb_index(ctx, ctx.data_dir(), out["svdr"], folder)
+
+    cost.allow_fallbacks(False)
+    with pytest.raises(ConfigError, match="device: cuda"):
+        build(tmp_path / "strict")
+    cost.allow_fallbacks(True)
+    try:
+        info = build(tmp_path / "fallback")
+        assert info["documents"] > 0 and cost.fallbacks() == ["device cuda -> cpu: torch sees no CUDA device"]
+    finally:
+        cost.allow_fallbacks(False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_encodings_on_the_gpu_equal_the_cpus(models):
+    cfg, out, _ = models
+    ctx = Context(cfg, "dpr", "smoke")
+    docs = list(store.iter_corpus(ctx.data_dir()))[:64]
+    titles, texts = [d.title for d in docs], [d.text for d in docs]
+    cpu = dpr.BiEncoder.load(ctx, out["dpr"]).encode_passages(titles, texts)
+    gpu = dpr.BiEncoder.load(ctx, out["dpr"], "cuda").encode_passages(titles, texts)
+    assert gpu.dtype == np.float32 and np.allclose(cpu, gpu, atol=1e-3)
+    cpu_s = vdr.VDRModel.load(out["svdr"]).encode_passages(docs)
+    gpu_s = vdr.VDRModel.load(out["svdr"], device="cuda").encode_passages(docs)
+    assert abs(cpu_s - gpu_s).max() < 1e-3
