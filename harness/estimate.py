@@ -226,13 +226,18 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     waits), the peaks, and the disk of the artifacts (indexes, dumps, models, runs); with how many
     rows each sum rests on."""
     known = [r for r in rows if r.get("seconds") is not None]
-    gpu_h = sum(r["seconds"] for r in known if r.get("gpu_job")) / 3600
+    # GPU-hours come from GPU jobs measured on a GPU (a peak GPU memory recorded); a GPU job the
+    # rehearsal ran on a CPU (device_fallback) is priced in that CPU's hours, which are not GPU-hours
+    gpu_h = sum(r["seconds"] for r in known if r.get("gpu_job") and r.get("gpu_peak_gib") is not None) / 3600
+    gpu_cpu_h = sum(r["seconds"] for r in known if r.get("gpu_job") and r.get("gpu_peak_gib") is None) / 3600
+    gpu_cpu_n = sum(1 for r in known if r.get("gpu_job") and r.get("gpu_peak_gib") is None)
     cpu_h = sum(r["seconds"] for r in known if not r.get("gpu_job")) / 3600
     sized = [r["disk_gib"] for r in rows if r.get("disk_gib") is not None]
     lower = [r for r in known if r.get("bound") == "lower"]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
     return {"jobs": len(rows), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
+            "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": gpu_cpu_n,
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
             "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
             "lower_bounds": len(lower), "lower_bound_hours": sum(r["seconds"] for r in lower) / 3600}
@@ -319,8 +324,11 @@ def summary(t: Mapping[str, Any]) -> list[str]:
     return [f"jobs measured: {t['jobs']}; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
             + (f"; {t['lower_bounds']} search jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (measured "
                f"against a slice's index, far smaller than the profile's corpus)" if t["lower_bounds"] else ""),
-            f"GPU jobs (the profile books a GPU): {t['gpu_hours']:,.1f} GPU-hours; on {t['gpus']} GPUs at best "
-            f"{t['gpu_wall_hours']:,.1f} hours wall (no dependency waits)",
+            f"GPU jobs (the profile books a GPU) measured on a GPU: {t['gpu_hours']:,.1f} GPU-hours; on {t['gpus']} "
+            f"GPUs at best {t['gpu_wall_hours']:,.1f} hours wall (no dependency waits)",
+            *([f"GPU jobs measured on a CPU (device_fallback): {t['gpu_jobs_on_cpu']} job(s), "
+               f"{t['gpu_jobs_on_cpu_hours']:,.1f} hours of that CPU: not GPU-hours (run them on a GPU to price them)"]
+              if t.get("gpu_jobs_on_cpu") else []),
             f"CPU jobs: {t['cpu_hours']:,.1f} hours of job time",
             peaks,
             f"disk: {t['disk_gib']:,.1f} GiB of artifacts ({t['disk_jobs']} jobs sized: indexes and runs scaled by "
@@ -328,14 +336,18 @@ def summary(t: Mapping[str, Any]) -> list[str]:
 
 
 def _documents_searched(root: Any, meta: Mapping[str, Any]) -> int | None:
-    """Documents of the index a measured search job read (its input's meta.json, found as recorded or
-    under ``root`` past ``results/<profile>/``: a rehearsal run elsewhere); None where none says."""
+    """Documents of the index a measured search job read (its input's meta.json, found under ``root``
+    past ``results/<profile>/``, else as recorded); None where none says."""
     import json
     from pathlib import Path
 
     for value in (meta.get("inputs") or {}).values():
         p = Path(str(value))
-        for folder in (p, Path(root).joinpath(*p.parts[2:]) if len(p.parts) > 2 else None):
+        # the measured folder first: the path as recorded may name another run's index (a results/ tree
+        # beside the working directory)
+        for folder in (Path(root).joinpath(*p.parts[2:]) if len(p.parts) > 2 else None, p):
+            if folder is None:
+                continue
             try:
                 n = json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("documents")
             except (OSError, ValueError, TypeError, AttributeError):

@@ -181,10 +181,18 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     # queries (32 KiB for 32 -> 3,610); a model is as measured (none here); nothing measured, nothing projected
     assert abs(rows["index"]["disk_gib"] * 2**30 - 1000 * 21015324 / 500) < 2**30 * 1e-3
     assert abs(rows["search"]["disk_gib"] - 3610 * 2**10 / 2**30) < 1e-3 and rows["train"]["disk_gib"] is None
-    # DPR's jobs book a GPU in the paper profile, BM25's search does not: GPU-hours and CPU hours apart
+    # DPR's jobs book a GPU in the paper profile, BM25's search does not: GPU-hours and CPU hours apart;
+    # a GPU job measured on a CPU (no peak GPU memory: the rehearsal's device fallback) is not priced in
+    # GPU-hours but in that CPU's hours, said apart
     t = estimate.totals(every, 4)
-    assert abs(t["gpu_hours"] - (15.0 * 40 * 460 + 20.0 * 21015.324 + 0.1 * 3610) / 3600) < 1e-6
+    dpr_h = (15.0 * 40 * 460 + 20.0 * 21015.324 + 0.1 * 3610) / 3600
+    assert t["gpu_hours"] == 0 and abs(t["gpu_jobs_on_cpu_hours"] - dpr_h) < 1e-6 and t["gpu_jobs_on_cpu"] == 3
+    on_gpu = [dict(r, gpu_peak_gib=1.0) if r["job"] == "dpr" else r for r in every]
+    t = estimate.totals(on_gpu, 4)
+    assert abs(t["gpu_hours"] - dpr_h) < 1e-6 and t["gpu_jobs_on_cpu"] == 0
     assert abs(t["cpu_hours"] - 1.0 * 3610 / 3600) < 1e-6 and t["gpu_wall_hours"] == t["gpu_hours"] / 4
+    assert any(line.startswith("GPU jobs measured on a CPU (device_fallback): 3 job(s)")
+               for line in estimate.summary(estimate.totals(every, 4)))
     assert t["disk_jobs"] == 2 and t["projected"] == t["jobs"] == 4
     # a query measured against the slice's 500-document index costs more against NQ's 21M: a lower bound, said
     assert rows["search"]["bound"] == "lower" and "each searched 500 documents here, 21,015,324 in the profile" \
