@@ -165,8 +165,10 @@ PAPERS_OWN = {
     ("index", "svdr.emb", "nq"): "SVDR App. B: E_θ(D), encoding the 21M passages, 23.7 GPU-hours",
     ("index", "svdr.token", "nq"): "SVDR App. B: T(D), the binary token index of the 21M passages, 1.1 CPU-hours; "
                                    "2 GB (Fig. 1), 2.7 GB (Table 3)",
-    ("index", "dpr", "nq"): "SVDR Table 3: DPR's embedding index of the 21M passages, 31.5 GB; DensePhrases Table "
-                            "A.1: DPR's indexing 17 h on 8 x 32 GB GPUs, 76 GB",
+    ("index", "dpr", "nq"): "BPR Table 1: DPR's index of the 21M passages, 64.6 GB; SVDR Table 3: 31.5 GB; "
+                            "DensePhrases Table A.1: DPR's indexing 17 h on 8 x 32 GB GPUs, 76 GB",
+    ("index", "bpr", "nq"): "BPR Table 1: BPR's index of the 21M passages (linear scan), 2.0 GB",
+    ("index", "bpr.hash", "nq"): "BPR Table 1: BPR's hash-table index, 2.2 GB",
     ("index", "bm25", "nq"): "SVDR Table 3: BM25's index of the 21M passages, 2.3 GB",
     ("index", "densephrases", "nq"): "DensePhrases Table A.1: the phrase index of English Wikipedia, 20 h on "
                                      "4 x 24 GB GPUs, 320 GB",

@@ -198,7 +198,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert rows["search"]["bound"] == "lower" and "each searched 500 documents here, 21,015,324 in the profile" \
         in rows["search"]["how"] and t["lower_bounds"] == 1 and "bound" not in rows["index"]
     # the papers' own figures stand beside the job they are about: DPR's index of NQ, not its run or training
-    assert rows["index"]["papers_own"].startswith("SVDR Table 3: DPR's embedding index")
+    assert rows["index"]["papers_own"].startswith("BPR Table 1: DPR's index of the 21M passages, 64.6 GB")
     assert rows["search"]["papers_own"] == rows["train"]["papers_own"] == ""
     (tmp_path / "logs" / "train").mkdir(parents=True)
     (tmp_path / "logs" / "train" / "bpr.log").write_text("train: 0%\nerror: train bpr: out of memory at this shape (x)\n")
