@@ -230,16 +230,16 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     known = [r for r in rows if r.get("seconds") is not None]
     # GPU-hours come from GPU jobs measured on a GPU (a peak GPU memory recorded); a GPU job the
     # rehearsal ran on a CPU (device_fallback) is priced in that CPU's hours, which are not GPU-hours
+    on_cpu = [r for r in known if r.get("gpu_job") and r.get("gpu_peak_gib") is None]
     gpu_h = sum(r["seconds"] for r in known if r.get("gpu_job") and r.get("gpu_peak_gib") is not None) / 3600
-    gpu_cpu_h = sum(r["seconds"] for r in known if r.get("gpu_job") and r.get("gpu_peak_gib") is None) / 3600
-    gpu_cpu_n = sum(1 for r in known if r.get("gpu_job") and r.get("gpu_peak_gib") is None)
+    gpu_cpu_h = sum(r["seconds"] for r in on_cpu) / 3600
     cpu_h = sum(r["seconds"] for r in known if not r.get("gpu_job")) / 3600
     sized = [r["disk_gib"] for r in rows if r.get("disk_gib") is not None]
     lower = [r for r in known if r.get("bound") == "lower"]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
     return {"jobs": len(rows), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
-            "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": gpu_cpu_n,
+            "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": len(on_cpu),
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
             "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
             "lower_bounds": len(lower), "lower_bound_hours": sum(r["seconds"] for r in lower) / 3600}
@@ -347,9 +347,7 @@ def _documents_searched(root: Any, meta: Mapping[str, Any]) -> int | None:
         p = Path(str(value))
         # the measured folder first: the path as recorded may name another run's index (a results/ tree
         # beside the working directory)
-        for folder in (Path(root).joinpath(*p.parts[2:]) if len(p.parts) > 2 else None, p):
-            if folder is None:
-                continue
+        for folder in ([Path(root).joinpath(*p.parts[2:])] if len(p.parts) > 2 else []) + [p]:
             try:
                 n = json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("documents")
             except (OSError, ValueError, TypeError, AttributeError):

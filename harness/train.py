@@ -369,17 +369,19 @@ def rows(batch: Mapping[str, Any], items: Sequence[int]) -> dict[str, Any]:
     return {k: v[lo:hi] for k, v in batch.items()}
 
 
-def sub_batch_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int):
-    """A bi-encoder step at any batch size: ``loss_fn(*reps)`` of the groups' representations
-    (``encode``: one callable, or one per group). ``chunk`` 0, or every group within one sub-batch:
-    one graph, the loss returned with it (the loop back-propagates it: fp16 loss scaling, gradient
-    accumulation); else :func:`grad_cache_step` (the same gradients to float rounding, the memory of
-    ``chunk`` texts' activations instead of the batch's). DPR, BPR and VDR/SVDR train through it
-    (``methods.<m>.grad_cache_chunk``)."""
-    encs = list(encode) if isinstance(encode, (list, tuple)) else [encode] * len(groups)
-    if not chunk or all(len(items) <= chunk for items in groups):
-        return loss_fn(*[enc(items) for enc, items in zip(encs, groups)])
-    return grad_cache_step(encs, groups, loss_fn, chunk)
+def sub_batch_step(towers: Sequence[tuple[Callable[[Mapping[str, Any]], Any], Mapping[str, Any]]], loss_fn,
+                   chunk: int):
+    """A bi-encoder step at any batch size: ``loss_fn(*reps)`` of each tower's ``encode(batch)`` over its
+    tokenized ``batch`` (``towers``: (encode, batch) pairs, e.g. questions and passages). ``chunk`` 0,
+    or every batch within one sub-batch: one graph, the loss returned with it (the loop back-propagates
+    it: fp16 loss scaling, gradient accumulation); else :func:`grad_cache_step` over the batches' rows
+    (:func:`rows`; the same gradients to float rounding, the memory of ``chunk`` texts' activations
+    instead of the batch's). DPR, BPR and VDR/SVDR train through it (``methods.<m>.grad_cache_chunk``)."""
+    sizes = [len(next(iter(batch.values()))) for _, batch in towers]
+    if not chunk or all(n <= chunk for n in sizes):
+        return loss_fn(*[enc(batch) for enc, batch in towers])
+    encs = [lambda items, enc=enc, batch=batch: enc(rows(batch, items)) for enc, batch in towers]
+    return grad_cache_step(encs, [range(n) for n in sizes], loss_fn, chunk)
 
 
 def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int):

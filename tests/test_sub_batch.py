@@ -32,20 +32,19 @@ def test_sub_batches_give_the_one_graph_loss_and_gradients_with_one_encoder_per_
     qnet, pnet = _net()
     qb = {"x": torch.randn(5, 6)}
     pb = {"x": torch.randn(10, 6)}
-    encs = [lambda i: qnet(rows(qb, i)["x"]), lambda i: pnet(rows(pb, i)["x"])]
-    groups = [range(5), range(10)]
-    loss, _ = sub_batch_step(encs, groups, _loss, 0)
+    towers = [(lambda b: qnet(b["x"]), qb), (lambda b: pnet(b["x"]), pb)]
+    loss, _ = sub_batch_step(towers, _loss, 0)
     assert loss.requires_grad  # one graph: the loop back-propagates it (fp16 scaling, grad_accum)
     loss.backward()
     full = [p.grad.clone() for p in [*qnet.parameters(), *pnet.parameters()]]
     for p in [*qnet.parameters(), *pnet.parameters()]:
         p.grad = None
-    cached, _ = sub_batch_step(encs, groups, _loss, 3)  # 2 + 4 sub-batches, the last ones short
+    cached, _ = sub_batch_step(towers, _loss, 3)  # 2 + 4 sub-batches, the last ones short
     assert not cached.requires_grad and cached.item() == pytest.approx(loss.item(), abs=1e-6)
     for a, p in zip(full, [*qnet.parameters(), *pnet.parameters()]):
         assert torch.allclose(a, p.grad, atol=1e-6) and float(a.abs().sum()) > 0
     # a chunk that holds every group is the one-graph step
-    assert sub_batch_step(encs, groups, _loss, 10)[0].requires_grad
+    assert sub_batch_step(towers, _loss, 10)[0].requires_grad
 
 
 def test_rows_are_the_batchs_own_rows_with_its_padding():

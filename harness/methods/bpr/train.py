@@ -48,8 +48,7 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
                             reduction=m["cand_reduction"])
 
         # grad_cache_chunk > 0: the paper's batch in sub-batches of that many texts (GradCache)
-        return loop.sub_batch_step([lambda i: model.embed_q(loop.rows(qb, i)), lambda i: model.embed_p(loop.rows(pb, i))],
-                                   [range(len(batch)), range(len(pids))], loss_fn, ts.grad_cache_chunk)
+        return loop.sub_batch_step([(model.embed_q, qb), (model.embed_p, pb)], loss_fn, ts.grad_cache_chunk)
 
     info = loop.train_loop(examples, step_fn, params, settings=ts, seed=seed, out=out, save=model.save,
                            modules=[model.q, model.p])

@@ -86,7 +86,7 @@ def _negative_retriever(ctx: Context, s: Mapping[str, Any], enc: VDRModel, docs:
 
 
 def _step(s: Mapping[str, Any], enc: VDRModel, docs: Mapping[str, Doc], retriever: NegativeRetriever | None,
-          retrieval_step: int):
+          retrieval_step: int, chunk: int = 0):
     """The loop's step: the batch's questions, positives and one negative each (BM25, then beta search)."""
     n_hard = int(s["hard_negatives"])
     doc_ids = list(docs)
@@ -113,9 +113,8 @@ def _step(s: Mapping[str, Any], enc: VDRModel, docs: Mapping[str, Doc], retrieve
                              enc.q.binary(qb["input_ids"]), enc.p.binary(pb["input_ids"])), {}
 
         # grad_cache_chunk > 0: the paper's batch in sub-batches of that many texts (GradCache)
-        return loop.sub_batch_step([lambda i: enc.q.pooled(loop.rows(qb, i), grad=True),
-                                    lambda i: enc.p.pooled(loop.rows(pb, i), grad=True)],
-                                   [range(len(qtexts)), range(len(pids))], loss_fn, int(s.get("grad_cache_chunk") or 0))
+        return loop.sub_batch_step([(lambda b: enc.q.pooled(b, grad=True), qb), (lambda b: enc.p.pooled(b, grad=True), pb)],
+                                   loss_fn, chunk)
 
     return step_fn
 
@@ -141,7 +140,8 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
     index_info: dict[str, Any] = {}
     if retrieval_step < total:
         retriever, index_info = _negative_retriever(ctx, s, enc, docs, token_index_dir, rng)
-    res = loop.train_loop(examples, _step(s, enc, docs, retriever, retrieval_step), enc.parameters(),
+    step_fn = _step(s, enc, docs, retriever, retrieval_step, ts.grad_cache_chunk)
+    res = loop.train_loop(examples, step_fn, enc.parameters(),
                           settings=ts, seed=seed, out=out, save=enc.save, modules=[enc], rng=rng)
     info: dict[str, Any] = {
         "steps": res["steps"], "examples": len(examples), "train_dataset": s["train_dataset"], "ablation": ablation,
