@@ -105,7 +105,8 @@ def _vm_size() -> int:
     return _proc_bytes("/proc/self/status", "VmSize") or 0
 
 
-_OOM_MARKS = ("can't allocate memory", "not enough memory", "out of memory", "cannot allocate memory")
+_OOM_MARKS = ("can't allocate memory", "not enough memory", "out of memory", "cannot allocate memory",
+              "can't start new thread")  # (a Python thread under the cap: its stack is memory too)
 
 
 @contextlib.contextmanager
@@ -128,6 +129,10 @@ def memory_guard(what: str, enabled: bool = True, sub_batch: str | None = None) 
     # of memory" at 90 GiB allocated and 49 GiB free, and the 1B model's save failed to allocate 64 MB
     # of host memory with 125 GiB available
     avail = mem_available() if enabled and gpu is None and not gpu_present() else None
+    if avail is not None:
+        from harness.threads import start_pools
+
+        start_pools()  # threads created later, near the cap, end the process without a word (harness.threads)
     try:
         old = resource.getrlimit(resource.RLIMIT_AS)
         if avail is not None:

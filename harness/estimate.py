@@ -382,15 +382,26 @@ def _note_sub_batches(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], mea
 
 
 def failures(root: Any) -> list[tuple[str, str]]:
-    """(log, its error line) of every job under ``root`` whose log ends in the harness's one-line
-    error (``error: ...``) and that left no finished artifact (a rerun that succeeded is not listed)."""
+    """(log, why) of every job under ``root`` that failed: its log's last ``error: ...`` line (the
+    harness's one-line error), or, for a train, index, search or measure job whose log has neither
+    that nor its ``done in`` line, that it ended without a word and the log's last line (a process
+    the kernel killed, or a library that exited it: libgomp's "Thread creation failed"; a job still
+    running reads the same). Snakemake rewrites a job's log when it reruns, so a rerun that
+    succeeded is not listed."""
+    import re
     from pathlib import Path
 
     out = []
     for log in sorted(Path(root).glob("logs/*/*.log")):
-        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.startswith("error:")]
-        if lines:
-            out.append((str(log.relative_to(root)), lines[-1][:400]))
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        errors = [ln for ln in lines if ln.startswith("error:")]
+        if errors:
+            out.append((str(log.relative_to(root)), errors[-1][:400]))
+        elif log.parent.name in ("train", "index", "search", "measure") \
+                and not any(re.match(rf"{log.parent.name} \S+.*: done in ", ln) for ln in lines):
+            last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "(empty)")
+            out.append((str(log.relative_to(root)), "ended without the harness's error line or its done line "
+                                                    f"(killed, or still running); its log's last line: {last[:300]}"))
     return out
 
 
@@ -429,7 +440,7 @@ def main(argv: list[str]) -> int:
         print(show.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
     failed = failures(root)
     if failed:
-        print(f"\n{len(failed)} job(s) of the rehearsal failed (their logs' error lines):")
+        print(f"\n{len(failed)} job(s) of the rehearsal failed or did not finish (from their logs):")
         for log, line in failed:
             print(f"  {log}: {line}")
     hw = ", ".join(sorted(set(df["hardware"])))

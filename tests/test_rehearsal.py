@@ -204,9 +204,22 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     (tmp_path / "logs" / "train" / "bpr.log").write_text("train: 0%\nerror: train bpr: out of memory at this shape (x)\n")
     (tmp_path / "logs" / "train" / "svdr.log").write_text("train svdr: done in 3.0s\n")
     assert estimate.failures(tmp_path) == [("logs/train/bpr.log", "error: train bpr: out of memory at this shape (x)")]
+    # a job that died without the harness's error line (killed, or libgomp ended it) is listed with its
+    # log's last line; a finished index job and a data job (which prints no done line) are not
+    (tmp_path / "logs" / "index").mkdir()
+    (tmp_path / "logs" / "data").mkdir()
+    (tmp_path / "logs" / "index" / "dpr-nq.log").write_text("index dpr on nq: done in 728.5s\n")
+    (tmp_path / "logs" / "data" / "nq.log").write_text("nq: 2067 documents\n")
+    (tmp_path / "logs" / "train" / "vdr.log").write_text(
+        "train: 50%\n\nlibgomp: Thread creation failed: Resource temporarily unavailable\n\n")
+    died = dict(estimate.failures(tmp_path))
+    assert set(died) == {"logs/train/bpr.log", "logs/train/vdr.log"}
+    assert died["logs/train/vdr.log"].startswith("ended without the harness's error line") \
+        and died["logs/train/vdr.log"].endswith("last line: libgomp: Thread creation failed: Resource temporarily unavailable")
+    (tmp_path / "logs" / "train" / "vdr.log").unlink()
     assert estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed" in out
+    assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed or did not finish" in out
     assert "1 search jobs (0.1 h) are lower bounds" in out
     assert "GPU-hours; on 8 GPUs at best" in out and "CPU jobs: 1.0 hours of job time" in out and "GiB of artifacts" in out
     # the issue's own command line spells the option as Snakemake does
@@ -278,6 +291,66 @@ def test_a_job_too_large_for_the_machine_fails_naming_its_memory():
     assert torch.empty(big, dtype=torch.uint8).numel() == big  # the cap is lifted afterwards
     with cost.memory_guard("train small"):
         assert torch.ones(1000).sum() == 1000
+
+
+_NEAR_THE_CAP = """
+import mmap, os, resource, sys
+import faiss, numba, numpy as np, torch
+from harness import cost
+
+@numba.njit(parallel=True)
+def total(a):
+    s = 0.0
+    for i in numba.prange(a.shape[0]):
+        s += a[i]
+    return s
+
+total.compile("float64(float64[::1])")  # compiled, never run: its threads do not exist yet
+numba.np.ufunc.parallel._launch_threads()
+x = np.random.rand(256, 16).astype(np.float32)
+index = faiss.IndexFlatIP(16)
+index.add(x)
+t = torch.empty(1 << 22)  # (empty: a fill would run torch's parallel loop)
+with cost.memory_guard("train x"):
+    room = resource.getrlimit(resource.RLIMIT_AS)[0] - cost._vm_size()
+    fill = mmap.mmap(-1, room - (2 << 20))  # address space, not memory: 2 MiB left, less than a thread's stack
+    {"faiss": lambda: index.search(x, 3), "torch": lambda: t.add_(1), "numba": lambda: total(np.ones(1000))}[sys.argv[1]]()
+print("ran", sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("runtime", ["torch", "numba", "faiss"])
+def test_a_parallel_loop_first_run_near_the_memory_cap_does_not_end_the_job_without_a_word(runtime, tmp_path):
+    """The rehearsal's VDR train job died at its second step with "libgomp: Thread creation failed",
+    no error line: its first numba loop ran near the guard's address-space cap, where OpenMP could not
+    map a new thread's stack and ended the process. The guard starts each runtime's threads before it
+    sets the cap (harness.threads), so a loop first run at 2 MiB from the cap runs."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness import cost
+
+    if cost.mem_available() is None:
+        pytest.skip("no /proc/meminfo: the guard sets no cap")
+    script = tmp_path / "near_the_cap.py"
+    script.write_text(_NEAR_THE_CAP)
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, str(script), runtime], capture_output=True, text=True, env=env, timeout=300)
+    assert "Thread creation failed" not in done.stderr
+    assert done.returncode == 0 and f"ran {runtime}" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_python_thread_the_cap_refuses_is_named_as_memory():
+    from harness import cost
+
+    if cost.mem_available() is None:
+        pytest.skip("no /proc/meminfo: the guard sets no cap")
+    with pytest.raises(ResourceError, match=r"train x: out of memory at this shape \(can't start new thread\)"):
+        with cost.memory_guard("train x"):
+            raise RuntimeError("can't start new thread")
 
 
 def test_the_memory_guard_sets_no_cap_on_a_gpu_machine_before_torch_is_loaded(monkeypatch):

@@ -549,7 +549,7 @@ class Site:
                                                        + estimate.schedule_lines(estimate.schedule(paper, rows, 8)))
                     + "</ul>")
         if failed:
-            body.append(f"<h2>{len(failed)} rehearsal job(s) failed</h2><ul>"
+            body.append(f"<h2>{len(failed)} rehearsal job(s) failed or did not finish</h2><ul>"
                         + "".join(f"<li><code>{esc(log)}</code>: {esc(line)}</li>" for log, line in failed) + "</ul>")
         return page("Cost estimate", body, 0)
 
