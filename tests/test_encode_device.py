@@ -104,3 +104,55 @@ def test_encodings_on_the_gpu_equal_the_cpus(models):
     cpu_s = vdr.VDRModel.load(out["svdr"]).encode_passages(docs)
     gpu_s = vdr.VDRModel.load(out["svdr"], device="cuda").encode_passages(docs)
     assert abs(cpu_s - gpu_s).max() < 1e-3
+
+
+@pytest.mark.parametrize("stage,method,dataset", [("index", "lightretriever", "smoke-ir"),
+                                                  ("search", "lightretriever", "smoke-ir"),
+                                                  ("index", "densephrases", "smoke"),
+                                                  ("search", "densephrases", "smoke")])
+def test_lightretrievers_and_densephrases_jobs_ask_for_their_sections_device(tmp_path, stage, method, dataset):
+    """LightRetriever's and DensePhrases' index and search jobs load their model on the section's device
+    too: with ``device: cuda`` on a machine without one, the job fails naming the setting before it
+    loads anything (the model folder here does not exist), instead of encoding on the CPU."""
+    import importlib
+
+    from harness import plan as hplan
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the job would run there")
+    cfg = load_config([], overrides={"results_dir": str(tmp_path / "results"), "methods": {method: {"device": "cuda"}}})
+    ctx = Context(cfg, method, dataset)
+    ctx.data_dir().mkdir(parents=True)
+    prepare(dataset, cfg["datasets"][dataset], cfg, ctx.data_dir())
+    job = hplan.get(cfg).job(stage, method, dataset)
+    step = getattr(importlib.import_module(job.module), job.step)
+    inputs = {"data": ctx.data_dir(), "model": tmp_path / "no-model", "index": tmp_path / "no-index"}
+    (tmp_path / "out").mkdir()
+    cost.allow_fallbacks(False)
+    with pytest.raises(ConfigError, match="device: cuda"):
+        step(ctx, job, inputs, tmp_path / "out")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_lightretriever_and_densephrases_encodings_on_the_gpu_equal_the_cpus(tmp_path):
+    """The untrained models of the default profile, saved and loaded on each device: the corpus
+    vectors LightRetriever's index job writes, and DensePhrases' question vectors, agree."""
+    from harness.methods import densephrases as dp
+    from harness.methods import lightretriever as lr
+    from harness.methods.lightretriever.index import encode_corpus
+
+    cfg = load_config([])
+    texts = ["the cat sat on the mat", "a dense retriever for open-domain questions", "phrases index"]
+    s = lr.settings(cfg)
+    lr.LightModel.from_backbone(cfg, s).save(tmp_path / "lr")
+    dense = {}
+    for device in ("cpu", "cuda"):
+        model = lr.LightModel.load(tmp_path / "lr", device)
+        d, sp, _ = encode_corpus(model, s, texts, sparse=True)
+        dense[device] = (d, sp.toarray())
+    assert np.allclose(dense["cpu"][0], dense["cuda"][0], atol=1e-3)
+    assert np.allclose(dense["cpu"][1], dense["cuda"][1], atol=1e-2)
+    s = dp.settings(cfg)
+    dp.PhraseModel.from_backbone(cfg, s).save(tmp_path / "dp")
+    qs = {d: dp.PhraseModel.load(s, tmp_path / "dp", d).index_queries(texts, 2) for d in ("cpu", "cuda")}
+    assert all(np.allclose(a, b, atol=1e-3) for a, b in zip(qs["cpu"], qs["cuda"]))

@@ -17,7 +17,7 @@ from harness.methods.densephrases.model import (PhraseModel, Scored, Window, _pa
                                                  windows)
 from harness.methods.densephrases.settings import DUMP_DIR, NAME, em_of, prepare, settings
 from harness.methods.densephrases.train import _align, dev_questions
-from harness.models.runtime import torch_for
+from harness.models.runtime import encode_device, torch_for
 from harness.job import Job
 
 
@@ -182,7 +182,7 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
 
     v = job.params.get("variant")
     s = settings(ctx.cfg, v)
-    model = PhraseModel.load(s, inputs["model"])
+    model = PhraseModel.load(s, inputs["model"], encode_device(s))
     gold_only = bool(job.params.get("gold_only"))
     docs = list(store.iter_corpus(inputs["data"]))
     if gold_only:

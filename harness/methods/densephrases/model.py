@@ -91,7 +91,9 @@ class PhraseModel:
         return list(dict.fromkeys([self.phrase, self.q_start, self.q_end]))  # unique, in order
 
     @classmethod
-    def load(cls, s: Mapping[str, Any], folder: Path) -> PhraseModel:
+    def load(cls, s: Mapping[str, Any], folder: Path, device: str = "cpu") -> PhraseModel:
+        """The trained model of ``folder`` on ``device`` (index and search jobs: the section's,
+        :func:`harness.models.runtime.encode_device`; vectors and scores come back as CPU arrays)."""
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -107,7 +109,10 @@ class PhraseModel:
         filt = torch.nn.Linear(int(phrase.config.hidden_size), 2)
         filt.load_state_dict(torch.load(folder / HEADS_FILE, map_location="cpu", weights_only=True))
         s = merged(s, {"shared_encoder": info["shared_encoder"], "split_vectors": info["split_vectors"]})
-        return cls(s, phrase, qs, qe, AutoTokenizer.from_pretrained(folder / ENCODERS[0]), filt)
+        model = cls(s, phrase, qs, qe, AutoTokenizer.from_pretrained(folder / ENCODERS[0]), filt)
+        if device != "cpu":
+            model.to(device)
+        return model
 
     def save(self, folder: Path) -> None:
         import torch

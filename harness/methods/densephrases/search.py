@@ -15,6 +15,7 @@ from harness.errors import DataError
 from harness.methods.base import Context
 from harness.methods.densephrases.model import PhraseModel
 from harness.methods.densephrases.settings import ANSWERS, DUMP_DIR, NAME, prepare, settings
+from harness.models.runtime import encode_device
 from harness.job import Job
 
 
@@ -66,7 +67,7 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     split = job.params.get("split", "test")
     queries = store.read_queries(inputs["data"], split)
     texts = {d.id: d.text for d in store.iter_corpus(inputs["data"])}
-    model = PhraseModel.load(s, inputs["model"])
+    model = PhraseModel.load(s, inputs["model"], encode_device(s))
     model.train(False)
     t0 = time.perf_counter()
     qs, qe = model.index_queries([prepare(s, q.text) for q in queries], int(s["encode_batch_size"]))

@@ -16,7 +16,7 @@ from harness.datasets import store
 from harness.indexes import pyserini_env
 from harness.methods.lightretriever.model import LightModel, doc_text
 from harness.methods.lightretriever.settings import settings
-from harness.models.runtime import torch_for
+from harness.models.runtime import encode_device, torch_for
 from harness.progress import batches
 from harness.recording import merged
 
@@ -82,7 +82,7 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
     from harness.meta import folder_bytes
 
     s = settings(cfg)
-    model = LightModel.load(inputs["model"])
+    model = LightModel.load(inputs["model"], encode_device(s))
     if sparse:
         pyserini_env.start_jvm()  # the JVM the impact index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)

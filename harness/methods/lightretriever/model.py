@@ -74,9 +74,11 @@ class LightModel:
         return model
 
     @classmethod
-    def load(cls, folder: Path) -> LightModel:
+    def load(cls, folder: Path, device: str = "cpu") -> LightModel:
         """The saved model, its LoRA adapter (where it was trained with one) merged into the base
-        rebuilt from the backbone it names, which must be the one it was trained on."""
+        rebuilt from the backbone it names, which must be the one it was trained on, on ``device``
+        (index and search jobs: the section's, :func:`harness.models.runtime.encode_device`; their
+        vectors come back as CPU arrays)."""
         from transformers import AutoTokenizer
 
         folder = Path(folder)
@@ -88,6 +90,8 @@ class LightModel:
         tok = AutoTokenizer.from_pretrained(folder / LM_DIR)
         model = cls(lm, tok, info["settings"])
         model.lm.eval()
+        if device != "cpu":
+            model.lm.to(device)
         return model
 
     def save(self, folder: Path) -> None:

@@ -16,7 +16,7 @@ from harness.datasets import store
 from harness.methods.lightretriever.index import DENSE_DIR, SPARSE_DIR, SPARSE_NPZ, impacts
 from harness.methods.lightretriever.model import LightModel
 from harness.methods.lightretriever.settings import NAME, instruction_for, model_id, settings, systems_of
-from harness.models.runtime import torch_for
+from harness.models.runtime import encode_device, torch_for
 from harness.recording import merged
 
 
@@ -104,7 +104,7 @@ class Searcher:
         self.index_dir = inputs["index"]
         queries = store.read_queries(inputs["data"], split)
         self.qids, self.k = [q.id for q in queries], int(cfg["evaluate"]["depth"])
-        self.model = LightModel.load(inputs["model"])
+        self.model = LightModel.load(inputs["model"], encode_device(s))
         self.ms = ms = self.model.s
         self.instr = instruction_for(merged(s, {"instruction": ms["instruction"]}), str(job.dataset))
         self.kinds = {kk: sid for kk, sid in systems_of(s, v).items() if sid in job.systems} if split == "test" else \
@@ -156,7 +156,7 @@ class Searcher:
             t1 = time.perf_counter()
             with torch.inference_mode():
                 self.qvec_light = torch.nn.functional.normalize(
-                    query_vector(table, [[local[t] for t in r] for r in self.qrows]).float(), dim=-1).numpy()
+                    query_vector(table, [[local[t] for t in r] for r in self.qrows]).float(), dim=-1).cpu().numpy()
             self.info["table_seconds"], self.info["lookup_seconds"] = (round(t1 - t0, 3),
                                                                        round(time.perf_counter() - t1, 4))
             self.info["table_rows"] = len(uniq)
