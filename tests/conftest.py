@@ -46,6 +46,45 @@ def apt_install():
     return install
 
 
+@pytest.fixture(scope="session")
+def smoke_context():
+    """``smoke_context(root, method, settings, overrides=None) -> ctx``: ``method``'s context on the
+    smoke fixture, with its results under ``root``, ``settings`` over its config section (and
+    ``overrides`` over the rest of the config), the smoke data prepared (BPR: its variant context)."""
+    def make(root: Path, method: str, settings: dict, overrides: dict | None = None):
+        from harness.config import load_config
+        from harness.datasets import prepare
+        from harness.methods import bpr
+        from harness.methods.base import Context
+
+        cfg = load_config([], overrides={**(overrides or {}), "results_dir": str(root / "results"),
+                                         "methods": {method: dict(settings)}})
+        ctx = bpr.variant_context(cfg, None, "smoke") if method == "bpr" else Context(cfg, method, "smoke")
+        ctx.data_dir().mkdir(parents=True)
+        prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
+        return ctx
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def train_on_smoke():
+    """``train_on_smoke(ctx, root) -> (model folder, trainer info)``: DPR's, BPR's or VDR/SVDR's trainer
+    (``ctx.method``'s) run into ``root/model`` with an empty negatives file (random passages stand in for
+    BM25's)."""
+    def train(ctx, root: Path):
+        from harness.io import write_jsonl
+        from harness.methods import bpr, dpr, vdr
+
+        negs = root / "negs.jsonl"
+        write_jsonl(negs, [])
+        model = root / "model"
+        model.mkdir()
+        return model, {"dpr": dpr.train, "bpr": bpr.train}.get(ctx.method, vdr.train)(ctx, model, negs)
+
+    return train
+
+
 def pytest_sessionstart(session):
     """The package's bytecode for the suite's many ``python -m harness`` and Snakemake processes
     (where PYTHONDONTWRITEBYTECODE is set each would compile every module it imports again)."""

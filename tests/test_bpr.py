@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from harness.config import load_config
-from harness.datasets import prepare, store
+from harness.datasets import store
 from harness.errors import ConfigError
 from harness.indexes.faiss_binary import binarize, unpack_pm1
-from harness.io import write_jsonl
 from harness.methods import bpr, dpr
 from harness.methods.base import Context
 
@@ -123,17 +122,10 @@ def test_bad_loss_setting_is_refused():
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, smoke_context, train_on_smoke):
     root = tmp_path_factory.mktemp("bpr")
-    cfg = load_config([], overrides={"results_dir": str(root / "results"), "methods": {"bpr": {
-        "epochs": 2, "batch_size": 8, "p_max_len": 64}}})
-    ctx = bpr.variant_context(cfg, None, "smoke")
-    ctx.data_dir().mkdir(parents=True)
-    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
-    negs = root / "negs.jsonl"
-    write_jsonl(negs, [])  # no BM25 negatives: random passages stand in
-    model = root / "model"
-    info = bpr.train(ctx, model, negs)
+    ctx = smoke_context(root, "bpr", {"epochs": 2, "batch_size": 8, "p_max_len": 64})
+    model, info = train_on_smoke(ctx, root)  # no BM25 negatives: random passages stand in
     index = root / "index"
     index.mkdir()
     iinfo = bpr.build_index(ctx, index, model)

@@ -5,24 +5,15 @@ import numpy as np
 import pytest
 
 from harness.config import load_config
-from harness.datasets import prepare
-from harness.io import write_jsonl
 from harness.methods import dpr
 from harness.methods.base import Context
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, smoke_context, train_on_smoke):
     root = tmp_path_factory.mktemp("dpr")
-    cfg = load_config([], overrides={"results_dir": str(root / "results"), "methods": {"dpr": {
-        "epochs": 2, "batch_size": 8, "p_max_len": 64, "lr": 5e-4}}})
-    ctx = Context(cfg, "dpr", "smoke")
-    ctx.data_dir().mkdir(parents=True)
-    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
-    negs = root / "negs.jsonl"
-    write_jsonl(negs, [])  # no BM25 negatives: the trainer falls back to random passages
-    out = root / "model"
-    info = dpr.train(ctx, out, negs)
+    ctx = smoke_context(root, "dpr", {"epochs": 2, "batch_size": 8, "p_max_len": 64, "lr": 5e-4})
+    out, info = train_on_smoke(ctx, root)  # no BM25 negatives: the trainer falls back to random passages
     return ctx, out, info
 
 

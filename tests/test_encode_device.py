@@ -12,7 +12,6 @@ from harness import cost
 from harness.config import load_config
 from harness.datasets import prepare, store
 from harness.errors import ConfigError
-from harness.io import write_jsonl
 from harness.methods import dpr, vdr
 from harness.methods.base import Context
 from harness.models.runtime import encode_device
@@ -22,22 +21,14 @@ TINY = {"epochs": 1, "batch_size": 4, "max_train_questions": 4, "p_max_len": 32,
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """A DPR and an SVDR model of one optimizer step on the smoke fixture."""
-    root = tmp_path_factory.mktemp("encdev")
-    cfg = load_config([], overrides={"results_dir": str(root / "results"),
-                                     "methods": {"dpr": TINY, "svdr": {**TINY, "topk": 32, "retrieval_start": 1.0}}})
-    ctx = Context(cfg, "dpr", "smoke")
-    ctx.data_dir().mkdir(parents=True)
-    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
-    negs = root / "negs.jsonl"
-    write_jsonl(negs, [])
+def models(tmp_path_factory, smoke_context, train_on_smoke):
+    """A DPR and an SVDR model of one optimizer step on the smoke fixture: {method: (context, model)}."""
     out = {}
-    for name, train in (("dpr", dpr.train), ("svdr", vdr.train)):
-        out[name] = root / name
-        out[name].mkdir()
-        train(Context(cfg, name, "smoke"), out[name], negs)
-    return cfg, out, root
+    for name, settings in (("dpr", TINY), ("svdr", {**TINY, "topk": 32, "retrieval_start": 1.0})):
+        root = tmp_path_factory.mktemp(f"encdev-{name}")
+        ctx = smoke_context(root, name, settings)
+        out[name] = ctx, train_on_smoke(ctx, root)[0]
+    return out
 
 
 def _with_device(cfg, device):
@@ -72,14 +63,14 @@ def test_an_index_job_encodes_on_its_sections_device(models, tmp_path, method):
     index job encoded on the CPU whatever the section said, beside the GPU the plan booked for it)."""
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the job runs there (test_encodings_on_the_gpu_equal_the_cpus)")
-    cfg, out, _ = models
-    ctx = Context(_with_device(cfg, "cuda"), method, "smoke")
+    trained_ctx, model = models[method]
+    ctx = Context(_with_device(trained_ctx.cfg, "cuda"), method, "smoke")
 
     def build(folder):
         folder.mkdir()
         if method == "dpr":
-            return dpr.build_index(ctx, folder, out["dpr"])
-        return vdr.write_emb_index(ctx, ctx.data_dir(), out["svdr"], folder)
+            return dpr.build_index(ctx, folder, model)
+        return vdr.write_emb_index(ctx, ctx.data_dir(), model, folder)
 
     cost.allow_fallbacks(False)
     with pytest.raises(ConfigError, match="device: cuda"):
@@ -94,15 +85,14 @@ def test_an_index_job_encodes_on_its_sections_device(models, tmp_path, method):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_encodings_on_the_gpu_equal_the_cpus(models):
-    cfg, out, _ = models
-    ctx = Context(cfg, "dpr", "smoke")
+    ctx, model = models["dpr"]
     docs = list(store.iter_corpus(ctx.data_dir()))[:64]
     titles, texts = [d.title for d in docs], [d.text for d in docs]
-    cpu = dpr.BiEncoder.load(ctx, out["dpr"]).encode_passages(titles, texts)
-    gpu = dpr.BiEncoder.load(ctx, out["dpr"], "cuda").encode_passages(titles, texts)
+    cpu = dpr.BiEncoder.load(ctx, model).encode_passages(titles, texts)
+    gpu = dpr.BiEncoder.load(ctx, model, "cuda").encode_passages(titles, texts)
     assert gpu.dtype == np.float32 and np.allclose(cpu, gpu, atol=1e-3)
-    cpu_s = vdr.VDRModel.load(out["svdr"]).encode_passages(docs)
-    gpu_s = vdr.VDRModel.load(out["svdr"], device="cuda").encode_passages(docs)
+    cpu_s = vdr.VDRModel.load(models["svdr"][1]).encode_passages(docs)
+    gpu_s = vdr.VDRModel.load(models["svdr"][1], device="cuda").encode_passages(docs)
     assert abs(cpu_s - gpu_s).max() < 1e-3
 
 

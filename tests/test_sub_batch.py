@@ -7,11 +7,7 @@ import csv
 
 import pytest
 
-from harness.config import load_config
-from harness.datasets import prepare
 from harness.errors import ConfigError
-from harness.io import write_jsonl
-from harness.methods.base import Context
 from harness.train import TrainSettings, rows, sub_batch_step
 
 torch = pytest.importorskip("torch")
@@ -77,13 +73,12 @@ def _losses(folder):
 
 
 @pytest.mark.parametrize("method", ["dpr", "bpr", "svdr"])
-def test_a_method_trained_in_sub_batches_trains_as_in_one_graph(method, tmp_path, no_dropout):
+def test_a_method_trained_in_sub_batches_trains_as_in_one_graph(method, tmp_path, no_dropout, smoke_context,
+                                                                  train_on_smoke):
     """The method's own train job, 2 optimizer steps at batch 8 (16 passages), once in one graph and
     once in sub-batches of 3: the first step's loss agrees (the same weights, batch and loss: the
     wiring of groups and loss), the second's too (the update came from the same gradients), and the
     trained passage encoders agree."""
-    from harness.methods import bpr, dpr, vdr
-
     tiny = {"epochs": 1, "batch_size": 8, "max_train_questions": 16, "p_max_len": 48, "q_max_len": 16, "lr": 5e-4,
             "log_every": 1}
     if method == "svdr":
@@ -91,16 +86,8 @@ def test_a_method_trained_in_sub_batches_trains_as_in_one_graph(method, tmp_path
     out = {}
     for chunk in (0, 3):
         root = tmp_path / f"c{chunk}"
-        cfg = load_config([], overrides={"results_dir": str(root / "results"),
-                                         "methods": {method: {**tiny, "grad_cache_chunk": chunk}}})
-        ctx = bpr.variant_context(cfg, None, "smoke") if method == "bpr" else Context(cfg, method, "smoke")
-        ctx.data_dir().mkdir(parents=True)
-        prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
-        negs = root / "negs.jsonl"
-        write_jsonl(negs, [])
-        model = root / "model"
-        model.mkdir()
-        info = {"dpr": dpr.train, "bpr": bpr.train, "svdr": vdr.train}[method](ctx, model, negs)
+        ctx = smoke_context(root, method, {**tiny, "grad_cache_chunk": chunk})
+        model, info = train_on_smoke(ctx, root)
         assert info["steps"] == 2
         out[chunk] = model
     one, cached = _losses(out[0]), _losses(out[3])

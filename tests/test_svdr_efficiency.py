@@ -7,36 +7,23 @@ import json
 import pytest
 
 from harness.config import load_config
-from harness.datasets import prepare
-from harness.io import write_jsonl
 from harness.meta import write_meta
 from harness.methods import vdr as eff
-from harness.methods import vdr
 from harness.methods.base import Context
 
 pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(tmp_path_factory, smoke_context, train_on_smoke):
     root = tmp_path_factory.mktemp("eff")
-    cfg = load_config([], overrides={
-        "results_dir": str(root / "results"),
-        "timing": {"repeats": 3},
-        "methods": {"svdr": {"epochs": 1, "batch_size": 8, "max_train_questions": 16, "p_max_len": 48,
-                             "q_max_len": 16, "topk": 32, "retrieval_start": 1.0,
-                             "latency": {"batches": 1, "rerank_batches": 1},
-                             "synthetic": {"passages": 3000, "vocab": 2000, "densities": [16, 32],
-                                           "batch_sizes": [4, 8], "base_density": 16, "base_batch": 4,
-                                           "query_active": 50, "k": 5}}}})
-    ctx = Context(cfg, "svdr", "smoke")
-    ctx.data_dir().mkdir(parents=True)
-    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
-    negs = root / "negs.jsonl"
-    write_jsonl(negs, [])
-    out = root / "model"
-    out.mkdir()
-    vdr.train(ctx, out, negs)
+    ctx = smoke_context(root, "svdr", {
+        "epochs": 1, "batch_size": 8, "max_train_questions": 16, "p_max_len": 48, "q_max_len": 16, "topk": 32,
+        "retrieval_start": 1.0, "latency": {"batches": 1, "rerank_batches": 1},
+        "synthetic": {"passages": 3000, "vocab": 2000, "densities": [16, 32], "batch_sizes": [4, 8],
+                      "base_density": 16, "base_batch": 4, "query_active": 50, "k": 5}},
+        overrides={"timing": {"repeats": 3}})
+    out, _ = train_on_smoke(ctx, root)
     return root, ctx, out
 
 

@@ -10,9 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 from harness.config import load_config
-from harness.datasets import Doc, Query, prepare, store
+from harness.datasets import Doc, Query, store
 from harness.errors import ConfigError
-from harness.io import write_jsonl
 from harness.methods import vdr
 from harness.methods.base import Context
 from harness.rerank import rerank
@@ -23,28 +22,17 @@ TINY = {"epochs": 2, "batch_size": 8, "p_max_len": 64, "q_max_len": 24, "lr": 5e
         "topk": 64, "encode_batch_size": 32}
 
 
-def _cfg(root, **svdr):
-    return load_config([], overrides={"results_dir": str(root / "results"), "methods": {"svdr": {**TINY, **svdr}}})
-
-
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
+def smoke(tmp_path_factory, smoke_context):
     root = tmp_path_factory.mktemp("vdr")
-    cfg = _cfg(root)
-    ctx = Context(cfg, "svdr", "smoke")
-    ctx.data_dir().mkdir(parents=True)
-    prepare("smoke", cfg["datasets"]["smoke"], cfg, ctx.data_dir())
-    return root, cfg, ctx
+    ctx = smoke_context(root, "svdr", TINY)
+    return root, ctx.cfg, ctx
 
 
 @pytest.fixture(scope="module")
-def trained(smoke):
+def trained(smoke, train_on_smoke):
     root, _, ctx = smoke
-    negs = root / "negs.jsonl"
-    write_jsonl(negs, [])  # no BM25 negatives: random passages until retrieval starts
-    out = root / "model"
-    out.mkdir()
-    info = vdr.train(ctx, out, negs)
+    out, info = train_on_smoke(ctx, root)  # no BM25 negatives: random passages until retrieval starts
     return ctx, out, info
 
 
