@@ -10,7 +10,7 @@ import torch
 
 from harness.config import load_config
 from harness.datasets import store
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError
 from harness.indexes.faiss_binary import binarize, unpack_pm1
 from harness.methods import bpr, dpr
 from harness.methods.base import Context
@@ -144,8 +144,29 @@ def test_index_holds_the_signs_of_the_passage_embeddings(trained):
     assert iinfo["spec"] == "faiss-binary:BFlat" and iinfo["documents"] == 122 and iinfo["code_bytes"] == 16
     docs = list(store.iter_corpus(ctx.data_dir()))
     P = dpr.BiEncoder.load(ctx, model).encode_passages([d.title for d in docs], [d.text for d in docs])
-    np.testing.assert_array_equal(np.load(index / bpr.CODES_FILE), binarize(P))
+    # the rerank's codes are the ones the linear scan holds: no second copy beside it (BPR Table 1's size)
+    assert not (index / bpr.CODES_FILE).exists()
+    np.testing.assert_array_equal(bpr.read_codes(index), binarize(P))
     assert (index / bpr.DOCIDS_FILE).read_text().split() == [d.id for d in docs]
+
+
+def test_an_index_that_does_not_keep_the_codes_in_row_order_writes_them_beside_it(trained, tmp_path):
+    """A hash spec as the main index: its buckets hold the codes out of row order, so the rerank's codes
+    go to codes.npy, which read_codes prefers."""
+    ctx, model, _, _, _, _ = trained
+    c = {**ctx.cfg, "methods": {**ctx.cfg["methods"], "bpr": {**ctx.mcfg, "index": "faiss-binary:BHash16x8"}}}
+    hctx = Context(c, "bpr", "smoke")
+    out = tmp_path / "hash-main"
+    out.mkdir()
+    bpr.build_index(hctx, out, model)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    bpr.build_index(ctx, flat, model)
+    np.testing.assert_array_equal(np.load(out / bpr.CODES_FILE), bpr.read_codes(flat))
+    np.testing.assert_array_equal(bpr.read_codes(out), bpr.read_codes(flat))
+    (out / bpr.CODES_FILE).unlink()
+    with pytest.raises(DataError, match="without codes.npy"):
+        bpr.read_codes(out)
 
 
 def test_strip_question_mark_is_on_for_bpr(trained):
@@ -161,7 +182,10 @@ def test_two_stage_search_against_exact(trained, tmp_path):
     ctx, model, index, _, _, _ = trained
     s = bpr.Searcher(ctx, index, model)
     Q = s.encode(_questions(ctx))
-    codes = np.load(index / bpr.CODES_FILE)
+    codes = bpr.read_codes(index)
+    # the linear scan's searcher reranks with the codes its index holds (a read-only view, no copy)
+    np.testing.assert_array_equal(s.codes, codes)
+    assert not s.codes.flags.writeable and not s.codes.flags.owndata
     exact = Q @ unpack_pm1(codes).T                      # <e_q, ±1 code> over every passage
     hamming = np.array([[np.unpackbits(np.bitwise_xor(c, p)).sum() for p in codes] for c in binarize(Q)])
     # no candidate generation = exact rerank of every passage
@@ -190,7 +214,7 @@ def test_no_rerank_is_hamming_order(trained, tmp_path):
     s = bpr.Searcher(ctx, index, model, variant="no-rerank", hash_dir=hdir)
     Q = s.encode(_questions(ctx))
     sc, rows = s.search(Q, 10)
-    codes = np.load(index / bpr.CODES_FILE)
+    codes = bpr.read_codes(index)
     for i, c in enumerate(binarize(Q)):
         ham = np.array([np.unpackbits(np.bitwise_xor(c, codes[r])).sum() for r in rows[i] if r >= 0])
         np.testing.assert_array_equal(-sc[i][rows[i] >= 0], ham)

@@ -140,6 +140,19 @@ class BinaryFaissIndex:
             )
         self.index.nflip = nflip
 
+    def stored_codes(self) -> np.ndarray | None:
+        """The codes a linear scan (BFlat) holds, row i the i-th added, as a read-only view of the
+        index's own memory (no copy: valid while this object lives); None for an index that does not
+        keep them in row order (the hash specs)."""
+        if not isinstance(self.index, faiss.IndexBinaryFlat):
+            return None
+        n, size = self.ntotal, self.code_size
+        if n == 0:
+            return np.zeros((0, size), np.uint8)
+        view = faiss.rev_swig_ptr(self.index.xb.data(), n * size).reshape(n, size)
+        view.flags.writeable = False
+        return view
+
     def search(self, codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (Hamming distances int32, row ids int64), nearest first; -1 ids where fewer were found."""
         codes = _check_codes(codes, f"faiss-binary:{self.spec}: query codes", self.code_size)

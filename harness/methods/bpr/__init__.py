@@ -44,7 +44,8 @@ from harness.methods.bpr.settings import (DEFAULTS, SCALE_DEFAULTS, SEARCH_VARIA
                                           train_signature, train_variants, variant_context)
 from harness.methods.bpr.model import beta, bpr_loss
 from harness.methods.bpr.train import train
-from harness.methods.bpr.index import CODES_FILE, DOCIDS_FILE, build_binary_index, build_dpr_baseline, build_index
+from harness.methods.bpr.index import (CODES_FILE, DOCIDS_FILE, build_binary_index, build_dpr_baseline, build_index,
+                                       read_codes)
 from harness.methods.bpr.search import Encoder, Retriever, Searcher
 from harness.methods.bpr.measure import efficiency, time_per_question
 from harness.methods.bpr.scale import SYNTHETIC_NOTE, paper_table1, scale_efficiency
@@ -55,7 +56,7 @@ from harness.methods.bpr.jobs import (build, build_baseline, build_hash, declare
 SCHEMA = "schema.yaml"
 
 __all__ = [
-    "SCHEMA", "DEFAULTS", "SCALE_DEFAULTS", "SEARCH_VARIANTS", "TRAIN_KEYS", "CODES_FILE", "DOCIDS_FILE",
+    "SCHEMA", "DEFAULTS", "SCALE_DEFAULTS", "SEARCH_VARIANTS", "TRAIN_KEYS", "CODES_FILE", "DOCIDS_FILE", "read_codes",
     "SYNTHETIC_NOTE",
     # settings
     "settings", "variant_context", "train_signature", "train_hash", "model_source", "model_id", "search_variants",

@@ -12,7 +12,7 @@ import numpy as np
 from harness.artifacts import DOCIDS, write_docids
 from harness.cost import startup_done
 from harness.datasets import store
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError
 from harness.methods import dpr
 from harness.methods.base import Context
 from harness.methods.bpr.settings import DEFAULTS
@@ -33,8 +33,10 @@ def _binary_spec(spec: str) -> str:
 def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
     """Encode the corpus with the passage encoder, binarize (sign), build ``methods.bpr.index``.
 
-    Writes the faiss binary index, the packed codes (``codes.npy``, the rerank's ±1 passage
-    vectors; the index file holds the same codes) and ``docids.txt``."""
+    Writes the faiss binary index and ``docids.txt``; the rerank's ±1 passage vectors are the codes
+    the linear scan (BFlat) holds (:func:`read_codes`), so the folder is the size of BPR Table 1's
+    index; an index that does not keep them in row order (a hash spec) gets them beside it in
+    ``codes.npy``."""
     from harness.indexes.faiss_binary import BinaryFaissIndex, binarize
 
     spec = merged(DEFAULTS, ctx.mcfg)["index"]
@@ -50,23 +52,43 @@ def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
     index = BinaryFaissIndex.build(factory, codes)
     build_seconds = time.perf_counter() - t1
     index_file = index.save(out)
-    np.save(out / CODES_FILE, codes)
+    if index.stored_codes() is None:
+        np.save(out / CODES_FILE, codes)
     write_docids(out, [d.id for d in docs])
     return {"spec": spec, "documents": len(docs), "dim": int(vecs.shape[1]), "code_bytes": int(codes.shape[1]),
             "encode_seconds": t_enc, "build_seconds": build_seconds, "index_file_bytes": index_file.stat().st_size,
             "bits_set_fraction": float(np.unpackbits(codes).mean())}
 
 
+def read_codes(folder: Path) -> np.ndarray:
+    """The codes (uint8 [n, d/8], row i = docids line i) of the built BPR index in ``folder``:
+    ``codes.npy`` where the folder has one, else a copy of the codes its linear scan holds."""
+    import faiss
+
+    from harness.indexes.faiss_binary import INDEX_FILE, BinaryFaissIndex, binary_factory_string
+
+    path = Path(folder) / CODES_FILE
+    if path.is_file():
+        return np.load(path)
+    raw = faiss.read_index_binary(str(Path(folder) / INDEX_FILE))
+    index = BinaryFaissIndex(raw, binary_factory_string(raw))
+    codes = index.stored_codes()
+    if codes is None:
+        raise DataError(f"{folder}: a faiss-binary:{index.spec} index without {CODES_FILE}: the rerank has no codes",
+                        fix=f"rebuild it (python -m harness index --job bpr ...; delete {folder} first)")
+    return np.array(codes)  # a copy: the view dies with the index
+
+
 def build_binary_index(spec: str, source: Path, out: Path, *, nflip: int = 0) -> dict[str, Any]:
-    """Another binary index (e.g. the hash lookup) over the codes of a built BPR index."""
+    """Another binary index (e.g. the hash lookup) over the codes of the built BPR index ``source``
+    (the rerank reads its codes from ``source``)."""
     from harness.indexes.faiss_binary import BinaryFaissIndex
 
-    codes = np.load(Path(source) / CODES_FILE)
+    codes = read_codes(source)
     t0 = time.perf_counter()
     index = BinaryFaissIndex.build(_binary_spec(spec), codes, nflip=nflip)
     seconds = time.perf_counter() - t0
     index_file = index.save(out)
-    shutil.copyfile(Path(source) / CODES_FILE, out / CODES_FILE)
     shutil.copyfile(Path(source) / DOCIDS_FILE, out / DOCIDS_FILE)
     return {"spec": spec, "nflip": nflip, "documents": int(codes.shape[0]), "build_seconds": seconds,
             "index_file_bytes": index_file.stat().st_size, "source": str(source)}

@@ -14,7 +14,7 @@ from harness.datasets import Query
 from harness.errors import ConfigError
 from harness.methods import dpr
 from harness.methods.base import Context
-from harness.methods.bpr.index import CODES_FILE, _binary_spec
+from harness.methods.bpr.index import _binary_spec, read_codes
 from harness.methods.bpr.settings import DEFAULTS, _variant_search
 from harness.recording import merged
 
@@ -33,8 +33,6 @@ class Searcher:
         self.variant = variant
         self.kind, self.rerank, self.n_candidates = _variant_search(ctx.cfg, variant)
         self.model = dpr.BiEncoder.load(ctx, model_dir) if model_dir is not None else None
-        self.codes = np.load(Path(index_dir) / CODES_FILE)
-        self.docids = read_docids(index_dir, expect=len(self.codes))
         s = merged(DEFAULTS, ctx.mcfg)
         self.index = None
         self.index_file: Path | None = None
@@ -50,6 +48,10 @@ class Searcher:
             self.index_file = Path(index_dir) / INDEX_FILE
             if self.kind == "flat":
                 self.index = BinaryFaissIndex.load(index_dir, _binary_spec(s["index"]))
+        # the rerank's codes: those the scan holds (one copy in memory, a view of self.index's), else read
+        held = self.index.stored_codes() if self.kind == "flat" else None
+        self.codes = held if held is not None else read_codes(index_dir)
+        self.docids = read_docids(index_dir, expect=len(self.codes))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if self.model is None:
