@@ -119,8 +119,8 @@ def memory_guard(what: str, enabled: bool = True, sub_batch: str | None = None) 
     where limits cannot be set."""
     from harness.errors import ResourceError
 
-    smaller = (f", or set {sub_batch} to train the same batch in GradCache sub-batches of that many texts (the "
-               "same gradients; activations of that many texts at a time)") if sub_batch else ""
+    smaller = (f", or set {sub_batch} to train the same batch in sub-batches of that many texts or questions (the "
+               "same gradients; the activations of one sub-batch at a time)") if sub_batch else ""
     gpu = _cuda_device()
     # no address-space cap on a machine with a GPU (torch need not be loaded yet: the job imports it
     # after the guard begins): the GPU's memory is what limits such a job (its out-of-memory error is

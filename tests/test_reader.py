@@ -149,3 +149,49 @@ def test_em_sample_is_seeded(setup, trained):
     assert a["questions"] == 10 and a["test_questions"] == 63
     assert [p["id"] for p in a["predictions"]] == [p["id"] for p in b["predictions"]]
     assert json.dumps(a["predictions"]) == json.dumps(b["predictions"])
+
+
+def test_a_reader_trained_in_sub_batches_trains_as_in_one_graph(setup, tmp_path, monkeypatch):
+    """reader.sub_batch: 2 questions (each with its 4 passages) per forward and backward pass of a batch
+    of 4 gives the one-graph step's loss and the same trained weights (dropout off, so both see the same
+    network); it is a runtime setting, and fp16 (no loss scaling in a step that runs its own backward)
+    is refused."""
+    import csv
+    import copy
+
+    import torch
+    from safetensors.torch import load_file
+
+    from harness.errors import ConfigError
+    from harness.plan import get
+
+    orig = torch.nn.Module.train
+    monkeypatch.setattr(torch.nn.Module, "train", lambda self, mode=True: orig(self, False))
+    ctx, runs, _ = setup
+    out = {}
+    for chunk in (0, 2):
+        cfg = copy.deepcopy(ctx.cfg)
+        cfg["reader"].update(sub_batch=chunk, max_train_questions=8, log_every=1)
+        out[chunk] = tmp_path / f"c{chunk}"
+        info = reader.train(Context(cfg, "reader", "smoke"), out[chunk], runs["train"])
+        assert info["steps"] == 2
+    losses = {c: [float(r["loss"]) for r in csv.DictReader(open(out[c] / "loss.tsv", encoding="utf-8"), delimiter="\t")]
+              for c in out}
+    assert losses[2][0] == pytest.approx(losses[0][0], rel=1e-5) and losses[2][1] == pytest.approx(losses[0][1], rel=1e-4)
+    weights = [load_file(next(out[c].rglob("*.safetensors"))) for c in (0, 2)]
+    for name, w in weights[0].items():
+        assert torch.allclose(w, weights[1][name], atol=5e-4), name
+    diff = torch.cat([(w - weights[1][n]).abs().flatten() for n, w in weights[0].items()])
+    assert diff.mean().item() < 1e-7 and diff.max().item() < 5e-4  # (7e-10 and 4e-5 seen: Adam moves a weight by up to lr)
+    # a runtime setting: the model's identity is the one-graph model's
+    plans = []
+    for chunk in (0, 2):
+        cfg = copy.deepcopy(ctx.cfg)
+        cfg["reader"]["sub_batch"] = chunk
+        p = get(cfg)
+        plans.append(p.hash(p.job("train", "reader", None)))
+    assert plans[0] == plans[1]
+    cfg = copy.deepcopy(ctx.cfg)
+    cfg["reader"].update(sub_batch=2, precision="fp16")
+    with pytest.raises(ConfigError, match="reader.sub_batch"):
+        reader.train(Context(cfg, "reader", "smoke"), tmp_path / "fp16", runs["train"])

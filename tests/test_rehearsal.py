@@ -287,7 +287,7 @@ def test_a_job_too_large_for_the_machine_fails_naming_its_memory():
         with cost.memory_guard("train dpr", sub_batch=sub_batch_key("dpr")):
             torch.empty(big, dtype=torch.uint8)
     assert "shrink its batch" not in str(err.value)
-    assert sub_batch_key("qcr") == "methods.qcr.chunk_size" and sub_batch_key("reader") is None
+    assert sub_batch_key("qcr") == "methods.qcr.chunk_size" and sub_batch_key("reader") == "reader.sub_batch" and sub_batch_key("densephrases") is None
     assert torch.empty(big, dtype=torch.uint8).numel() == big  # the cap is lifted afterwards
     with cost.memory_guard("train small"):
         assert torch.ones(1000).sum() == 1000

@@ -125,13 +125,14 @@ def _affects(name: str) -> dict[str, tuple[str, ...]]:
 
 
 #: the fields that split a training batch into GradCache sub-batches (the same gradients, less memory)
-SUB_BATCH_KEYS = ("grad_cache_chunk", "chunk_size")
+SUB_BATCH_KEYS = ("grad_cache_chunk", "chunk_size", "sub_batch")
 
 
 def sub_batch_key(name: str) -> str | None:
-    """The dotted key of section ``name`` that trains its batch in GradCache sub-batches, if it has
-    one (DPR, BPR, VDR/SVDR, LightRetriever: ``grad_cache_chunk``; QCR: ``chunk_size``): what a job out
-    of memory at the paper's batch may set instead of shrinking the batch."""
+    """The dotted key of section ``name`` that trains its batch in sub-batches, if it has one (DPR,
+    BPR, VDR/SVDR, LightRetriever: ``grad_cache_chunk``; QCR: ``chunk_size``, GradCache's; the reader:
+    ``sub_batch``, of questions): what a job out of memory at the paper's batch may set instead of
+    shrinking the batch."""
     fields = _affects(name) if name else {}
     key = next((k for k in SUB_BATCH_KEYS if k in fields), None)
     return f"{_prefix(name)}.{key}" if key else None

@@ -257,8 +257,26 @@ def train(ctx: Context, out: Path, run_path: Path) -> dict[str, Any]:
     device = loop.resolve_device(ts.device)
     ce = torch.nn.functional.cross_entropy
     no_span = 0
+    chunk = int(s.get("sub_batch") or 0)
+    if chunk and ts.precision == "fp16":
+        raise ConfigError("reader.sub_batch: a step in sub-batches runs its own backward pass, without fp16's loss "
+                          "scaling", fix="train in bf16 or fp32, or set reader.sub_batch: 0")
 
     def step_fn(group: list[tuple[Query, str, list[str]]], step: int, rng: random.Random):
+        """The mean over the group's questions of each one's selection and span losses; with
+        ``sub_batch``, that many questions (each with its passages) per forward and backward pass:
+        the loss is a sum over questions, so the gradients are the whole group's."""
+        if not chunk or len(group) <= chunk:
+            return one_graph(group), {}
+        total = 0.0
+        for i in range(0, len(group), chunk):
+            part = group[i:i + chunk]
+            loss = one_graph(part) * (len(part) / len(group))
+            (loss / ts.grad_accum).backward()  # the loop divides an undetached loss by grad_accum itself
+            total += float(loss.detach())
+        return torch.tensor(total), {}  # detached: the loop skips its backward
+
+    def one_graph(group: list[tuple[Query, str, list[str]]]):
         nonlocal no_span
         qtexts, gdocs, firsts = [], [], []
         for q, pos, negs in group:
@@ -281,7 +299,7 @@ def train(ctx: Context, out: Path, run_path: Path) -> dict[str, Any]:
                     + ce(en[None], torch.tensor([span[1]], device=en.device))
             else:
                 no_span += 1  # the answer lies beyond the truncated passage: selection loss only
-        return loss / max(1, len(group)), {}
+        return loss / max(1, len(group))
 
     info = loop.train_loop(instances, step_fn, model.parameters(), settings=ts, seed=seed, out=out,
                            save=model.save, modules=[model.enc, model.heads])
