@@ -85,9 +85,10 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
     if job.stage == "index":
         n = _documents(cfg, job.dataset)
         return (n / 1000, f"{n:,} documents") if n else (None, f"no document count for {job.dataset}")
-    if job.stage == "search":
-        n = _records(cfg, job.dataset, "test")
-        return (float(n), f"{n:,} test queries") if n else (None, f"no test query count for {job.dataset}")
+    if job.stage == "search":  # the split it searches (BPR's run over the training questions: the reader's input)
+        split = str(job.params.get("split", "test"))
+        n = _records(cfg, job.dataset, split)
+        return (float(n), f"{n:,} {split} queries") if n else (None, f"no {split} query count for {job.dataset}")
     return None, "not scaled (as measured)"
 
 

@@ -227,6 +227,22 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert capsys.readouterr().out == out
 
 
+def test_a_search_over_the_training_questions_is_projected_to_that_split(tmp_path):
+    """BPR's run over NQ's training questions (the reader's input) counts NQ's 58,880 training
+    questions, not its 3,610 test ones (it did, before)."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    (tmp_path / "runs/nq/bpr.train").mkdir(parents=True)
+    (tmp_path / "runs/nq/bpr.train/meta.json").write_text(json.dumps(
+        {"kind": "run", "job": "bpr.train", "dataset": "nq", "cost": cost.record("search", {"queries": 906}, 90.6)}))
+    [row] = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    assert row["how"].startswith("58,880 train queries") and abs(row["seconds"] - 0.1 * 58880) < 1e-6
+
+
 def test_device_fallback_runs_on_the_cpu_and_records_it_or_fails_naming_the_setting():
     import torch
 
