@@ -13,54 +13,35 @@ from __future__ import annotations
 
 import os
 
-try:
-    import numba as _numba
-except ImportError:  # numba is a dependency; without it no numba pool is started
-    _numba = None
+import numba
 
 
+@numba.njit(parallel=True, cache=True)
 def _sum(a):  # a numba prange loop: its first call starts numba's OpenMP workers
     total = 0.0
-    for i in _numba.prange(a.shape[0]):
+    for i in numba.prange(a.shape[0]):
         total += a[i]
     return total
 
 
-_numba_sum = _numba.njit(parallel=True, cache=True)(_sum) if _numba is not None else None
-
-
-def start_pools() -> list[str]:
-    """Run one parallel loop on torch's, numba's and faiss's thread pools (each where installed)
-    with all the machine's cores, leaving each runtime's thread count as it was; the names of the
-    runtimes started."""
+def start_pools() -> None:
+    """Run one parallel loop on torch's, numba's and faiss's thread pools (all three are
+    dependencies of the package) with all the machine's cores, leaving each runtime's thread count
+    as it was."""
+    import faiss
     import numpy as np
+    import torch
 
     cores = os.cpu_count() or 1
-    started = []
-    try:
-        import torch
-    except ImportError:
-        pass
-    else:
-        before = torch.get_num_threads()
-        torch.set_num_threads(max(cores, before))
-        torch.zeros(1 << 20).add_(1)  # above torch's grain size: runs on every intra-op thread
-        torch.set_num_threads(before)
-        started.append("torch")
-    if _numba_sum is not None:
-        _numba_sum(np.ones(1024))
-        started.append("numba")
-    try:
-        import faiss
-    except ImportError:
-        pass
-    else:
-        before = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(max(cores, before))
-        x = np.zeros((64, 8), np.float32)
-        index = faiss.IndexFlatIP(8)
-        index.add(x)
-        index.search(x, 1)
-        faiss.omp_set_num_threads(before)
-        started.append("faiss")
-    return started
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(cores, before))
+    torch.zeros(1 << 20).add_(1)  # above torch's grain size: runs on every intra-op thread
+    torch.set_num_threads(before)
+    _sum(np.ones(1024))
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(max(cores, before))
+    x = np.zeros((64, 8), np.float32)
+    index = faiss.IndexFlatIP(8)
+    index.add(x)
+    index.search(x, 1)
+    faiss.omp_set_num_threads(before)
