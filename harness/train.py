@@ -3,8 +3,8 @@
 A method supplies its examples, a step function ``step_fn(batch, step, rng) -> (loss, parts)``
 (the forward pass and loss of one batch; ``step`` = finished optimizer steps, ``rng`` = the
 loop's seeded ``random.Random``, from which methods draw random negatives; a step function that
-runs its own backward pass, as QCR's GradCache does, returns the loss detached and the loop skips
-``backward``), the parameters to
+runs its own backward pass through :func:`backward`, as GradCache does, returns the loss detached
+and the loop skips ``backward``), the parameters to
 train, the modules to place and switch to train mode, and a ``save(folder)`` callback. The loop
 owns the rest, the same for every method:
 
@@ -54,6 +54,8 @@ CHECKPOINTS = "checkpoints"
 PRECISIONS = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
 DEVICES = ("cpu", "cuda", "auto")
 _INIT_ONLY = [False]
+#: the running loop's backward (its accelerator's: fp16 scales the loss); None outside a loop
+_BACKWARD: list[Callable[[Any], None] | None] = [None]
 
 
 @contextmanager
@@ -113,9 +115,6 @@ class TrainSettings:
             raise ConfigError(f"batch_size must be >= {max(1, self.min_batch)}, got {self.batch_size}")
         if int(self.grad_cache_chunk or 0) < 0:
             raise ConfigError(f"grad_cache_chunk must be >= 0, got {self.grad_cache_chunk}")
-        if int(self.grad_cache_chunk or 0) and self.precision == "fp16":
-            raise ConfigError("grad_cache_chunk: a GradCache step runs its own backward pass, without fp16's loss scaling",
-                              fix="train in bf16 or fp32, or set grad_cache_chunk: 0")
         if int(self.grad_cache_chunk or 0) and int(self.grad_accum) > 1:
             raise ConfigError(f"grad_cache_chunk {self.grad_cache_chunk} with grad_accum {self.grad_accum}: a GradCache "
                               "step back-propagates the whole batch's loss itself, undivided",
@@ -296,6 +295,7 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
     window: list[tuple[float, Mapping[str, float]]] = []
     step, t0 = 0, time.perf_counter()
     t_step = t0
+    _BACKWARD[0] = acc.backward
     try:
         while step < total:
             order = list(range(n))
@@ -338,6 +338,7 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
                     ckpt.mkdir(parents=True, exist_ok=True)
                     save(ckpt)
     finally:
+        _BACKWARD[0] = None
         bar.close()
         log.close()
     if save is not None and out is not None:
@@ -361,6 +362,15 @@ def _print_progress(step: int, total: int, losses: list[float], parts: list[dict
     sys.stdout.flush()
 
 
+def backward(loss) -> None:
+    """Back-propagate ``loss`` as the running loop would (``accelerator.backward``: under fp16 the loss
+    is scaled by accelerate's GradScaler, which unscales the gradients before clipping and skips a
+    step that overflowed), or ``loss.backward()`` outside a loop. A step function that runs its own
+    backward (GradCache's loss on the cached representations, the reader's sub-batches) calls this,
+    so that it trains in fp16 as the one-graph step does: the gradients it passes on are the scaled ones."""
+    (_BACKWARD[0] or (lambda x: x.backward()))(loss)
+
+
 def rows(batch: Mapping[str, Any], items: Sequence[int]) -> dict[str, Any]:
     """The rows ``items`` (consecutive indices, as :func:`grad_cache_step` hands them out) of a
     tokenized batch: each sub-batch keeps the whole batch's padding, so its inputs are the rows the
@@ -374,7 +384,7 @@ def sub_batch_step(towers: Sequence[tuple[Callable[[Mapping[str, Any]], Any], Ma
     """A bi-encoder step at any batch size: ``loss_fn(*reps)`` of each tower's ``encode(batch)`` over its
     tokenized ``batch`` (``towers``: (encode, batch) pairs, e.g. questions and passages). ``chunk`` 0,
     or every batch within one sub-batch: one graph, the loss returned with it (the loop back-propagates
-    it: fp16 loss scaling, gradient accumulation); else :func:`grad_cache_step` over the batches' rows
+    it: gradient accumulation); else :func:`grad_cache_step` over the batches' rows
     (:func:`rows`; the same gradients to float rounding, the memory of ``chunk`` texts' activations
     instead of the batch's). DPR, BPR and VDR/SVDR train through it (``methods.<m>.grad_cache_chunk``)."""
     sizes = [len(next(iter(batch.values()))) for _, batch in towers]
@@ -390,15 +400,17 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
     whole batch (a tuple-valued group is passed as its tuple) and its gradient w.r.t. the
     representations; then every sub-batch re-encoded under the random state of its first pass (the
     CPU's and, where it is in use, the CUDA device's: the same dropout masks) and back-propagated with
-    its slice of that gradient. Gradients accumulate in the parameters; returns (detached loss, parts).
+    its slice of that gradient (the loss's backward goes through :func:`backward`: under fp16 the
+    gradients are the loop's scaled ones). Gradients accumulate in the parameters; returns (detached loss, parts).
     With one sub-batch per group nothing is cached: the loss is back-propagated as it is.
-    QCR (§3.2), LightRetriever's passages, and DPR, BPR, VDR/SVDR through :func:`sub_batch_step` use it."""
+    QCR (§3.2), LightRetriever's passages, and DPR, BPR, VDR/SVDR and DensePhrases through
+    :func:`sub_batch_step` use it."""
     import torch
 
     encs = list(encode) if isinstance(encode, (list, tuple)) else [encode] * len(groups)
     if all(len(items) <= chunk for items in groups):  # one sub-batch each: the cache would encode twice for nothing
         loss, parts = loss_fn(*[enc(items) for enc, items in zip(encs, groups)])
-        loss.backward()
+        backward(loss)
         return loss.detach(), parts
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
 
@@ -422,7 +434,7 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
         reps.append(tuple(torch.cat(col).detach().requires_grad_() for col in zip(*outs)))
         states.append(st)
     loss, parts = loss_fn(*[r if t else r[0] for r, t in zip(reps, tupled)])
-    loss.backward()
+    backward(loss)  # fp16: the loop's loss scale, carried into every sub-batch's gradients below
     for enc, items, rep, st in zip(encs, groups, reps, states):
         for j, i in enumerate(range(0, len(items), chunk)):
             now = state()

@@ -351,3 +351,107 @@ def test_threshold_keeps_em_and_the_gold_phrases():
     assert dp.choose_threshold(grid, 0.0125, 0.001)["threshold"] == 0.0
     assert dp.choose_threshold(grid, 0.0, 0.02) is None                               # nothing to keep EM at
     assert dp.choose_threshold(grid[2:], 0.0125, 0.02) is None                        # every threshold drops gold
+
+
+# ------------------------------------------------------------------------------------------ GradCache
+
+
+def _smoke_examples(tmp_path, c, n: int):
+    from harness.config import results_root
+    from harness.datasets import prepare as prepare_dataset
+    from harness.datasets import store
+
+    data = results_root(c) / "data" / "smoke"
+    prepare_dataset("smoke", c["datasets"]["smoke"], c, data)
+    s = dp.settings(c)
+    torch.manual_seed(0)
+    model = dp.PhraseModel.from_backbone(c, s)
+    docs = {d.id: d for d in store.iter_corpus(data)}
+    questions = [q for q in store.read_queries(data, "train") if q.answers]
+    exs, _ = dp.examples_of(s, model.tok, questions, docs)
+    return data, s, model, exs[:n]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_step_in_sub_batches_gives_the_one_graph_loss_and_gradients(tmp_path, cfg, shared):
+    """Every term of Eq. 9 (L_single, in-batch and pre-batch negatives, the teacher's KL, the filter's
+    BCE) on a batch of 7 windows in GradCache sub-batches of 3 (3, 3, 1 windows and questions): the
+    loss, its parts and every parameter's gradient are the one-graph step's (the model in eval mode:
+    no dropout, so both see the same network); pre-batch negatives are queued once per step either way."""
+    from collections import deque
+    import random
+
+    from harness.methods.densephrases.train import _step_fn
+
+    c = copy.deepcopy(cfg)
+    c["results_dir"] = str(tmp_path / "results")
+    c["methods"]["densephrases"].update(shared_encoder=shared, negatives="prebatch", prebatch_batches=2)
+    _, s, model, exs = _smoke_examples(tmp_path, c, 7)
+    assert len(exs) == 7
+    for m in model.modules():  # float64: the two orders of summation agree to 1e-15, not float32's 1e-3 of a
+        m.to(torch.float64)    # near-zero gradient entry, so a wiring fault cannot hide in the tolerance
+    g = np.random.default_rng(0)
+    teacher = []
+    for e in exs:
+        ls, le = g.normal(size=len(e.window.ids)).astype(np.float32), g.normal(size=len(e.window.ids)).astype(np.float32)
+        ls[:3] = le[:3] = np.nan  # tokens the reader does not see
+        teacher.append((ls, le))
+    index_of = {e.qid: i for i, e in enumerate(exs)}
+    d = model.dim
+    prior = [(torch.randn(7, d, dtype=torch.float64), torch.randn(7, d, dtype=torch.float64))]
+    got = []
+    for chunk in (0, 3):
+        queue = deque(prior, maxlen=2)
+        counts = {"prebatch_steps": 0}
+        for p in (p for m in model.modules() for p in m.parameters()):
+            p.grad = None
+        step = _step_fn(torch, model, s, teacher, index_of, 0, queue, counts, chunk)
+        loss, parts = step(exs, 1, random.Random(0))
+        if loss.requires_grad:  # one graph: the loop's backward
+            loss.backward()
+        grads = {f"{i}.{n}": p.grad.clone() for i, m in enumerate(model.modules()) for n, p in m.named_parameters()
+                 if p.grad is not None}
+        got.append((loss.requires_grad, float(loss.detach()), parts, grads, len(queue), counts["prebatch_steps"]))
+    (graph0, l0, p0, g0, q0, c0), (graph1, l1, p1, g1, q1, c1) = got
+    assert graph0 and not graph1  # chunk 3 ran the GradCache step: its own backward, a detached loss
+    assert set(p0) == {"single", "neg", "distill", "filter"} and p0.keys() == p1.keys()
+    assert l1 == pytest.approx(l0, rel=1e-12)
+    for k in p0:
+        assert p1[k] == pytest.approx(p0[k], rel=1e-12, abs=1e-14), k
+    assert (q0, c0) == (q1, c1) == (2, 1)
+    assert g0.keys() == g1.keys() and any(k.startswith(f"{len(model.modules()) - 1}.") for k in g0)  # the filter's too
+    for k in g0:
+        assert torch.allclose(g0[k], g1[k], rtol=1e-9, atol=1e-12), (k, (g0[k] - g1[k]).abs().max())
+    assert sum(float(v.abs().sum()) for v in g0.values()) > 0
+
+
+def test_densephrases_trains_in_sub_batches_as_in_one_graph(tmp_path, cfg, monkeypatch):
+    """``methods.densephrases.grad_cache_chunk``: two optimizer steps of the train job at batch 8 in
+    sub-batches of 3 log the one-graph run's losses (dropout off) and record the setting; a runtime key,
+    so the model's identity (its plan hash) is the one-graph model's; the key a job out of memory names."""
+    import csv
+
+    from harness.methods.base import sub_batch_key
+    from harness.plan import get
+
+    orig = torch.nn.Module.train
+    monkeypatch.setattr(torch.nn.Module, "train", lambda self, mode=True: orig(self, False))
+    losses, hashes = {}, {}
+    for chunk in (0, 3):
+        c = copy.deepcopy(cfg)
+        c["results_dir"] = str(tmp_path / f"r{chunk}")
+        c["methods"]["densephrases"].update(epochs=1, max_train_questions=16, batch_size=8, distill=False,
+                                            negatives="inbatch", log_every=1, grad_cache_chunk=chunk)
+        data, s, _, _ = _smoke_examples(tmp_path, c, 0)
+        out = tmp_path / f"m{chunk}"
+        out.mkdir()
+        info = dp.train(c, dp.settings(c), {"data": data}, out)
+        assert info["steps"] == 2 and info["grad_cache_chunk"] == chunk
+        with open(out / "loss.tsv", encoding="utf-8") as fh:
+            losses[chunk] = [float(r["loss"]) for r in csv.DictReader(fh, delimiter="\t")]
+        p = get(c)
+        hashes[chunk] = p.hash(p.job("train", "densephrases", None))
+    assert losses[3][0] == pytest.approx(losses[0][0], rel=1e-5)
+    assert losses[3][1] == pytest.approx(losses[0][1], rel=1e-4)
+    assert hashes[0] == hashes[3]
+    assert sub_batch_key("densephrases") == "methods.densephrases.grad_cache_chunk"

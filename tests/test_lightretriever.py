@@ -253,7 +253,7 @@ def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cf
     """``grad_cache_chunk`` (the paper's batch on one GPU: the H200 rehearsal ran out of memory without
     it): passages encoded in sub-batches without a graph, the loss on the whole batch, each sub-batch
     re-encoded and back-propagated; the same loss and LoRA gradients as one graph (dropout 0: the
-    sub-batches' masks would differ from the whole batch's), every loss term included; fp16 refused."""
+    sub-batches' masks would differ from the whole batch's), every loss term included."""
     import random
 
     from harness.datasets import prepare as prepare_dataset
@@ -294,9 +294,6 @@ def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cf
     assert g0.keys() == g1.keys() and len(g0) > 0
     for n in g0:
         assert torch.allclose(g0[n], g1[n], rtol=1e-4, atol=1e-6), (n, (g0[n] - g1[n]).abs().max())
-    c["methods"]["lightretriever"].update(precision="fp16", grad_cache_chunk=5)
-    with pytest.raises(ConfigError, match="grad_cache_chunk"):
-        lr.train(c, lr.settings(c), inputs, tmp_path / "model")
 
 
 def test_small_queries_each_evaluation_set_with_an_instruction_it_trains_on_and_ci_is_unchanged():

@@ -1,6 +1,6 @@
 """GradCache sub-batches for the bi-encoders (``methods.<m>.grad_cache_chunk``, harness.train.sub_batch_step):
 the paper's batch in sub-batches gives the one-graph step's loss and gradients (DPR, BPR, VDR/SVDR
-trained end to end both ways), and the settings it cannot serve are refused."""
+trained end to end both ways), under fp16's loss scale too, and the settings it cannot serve are refused."""
 from __future__ import annotations
 
 import csv
@@ -49,9 +49,56 @@ def test_rows_are_the_batchs_own_rows_with_its_padding():
     assert part["input_ids"].tolist() == [[3, 4, 5], [6, 7, 8]] and part["attention_mask"].shape == (2, 3)
 
 
+def test_a_gradcache_step_carries_the_loops_loss_scale_into_every_sub_batch(monkeypatch):
+    """fp16: the loop's backward (accelerate's: the loss times the GradScaler's scale) is the one the
+    cached step's loss goes through (:func:`harness.train.backward`), so the gradients each sub-batch
+    passes on, and so every parameter's, are the scaled ones that the scaler unscales before clipping
+    and its step: the one-graph step's under the same scale, and scale x the unscaled step's. Outside
+    a training loop the backward is plain."""
+    import harness.train as loop
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    qnet, pnet = _net()
+    params = [*qnet.parameters(), *pnet.parameters()]
+    towers = [(lambda b: qnet(b["x"]), {"x": torch.randn(5, 6)}), (lambda b: pnet(b["x"]), {"x": torch.randn(10, 6)})]
+
+    def grads(chunk, scaled):
+        for p in params:
+            p.grad = None
+        monkeypatch.setattr(loop, "_BACKWARD", [(lambda x: scaler.scale(x).backward()) if scaled else None])
+        loss, _ = sub_batch_step(towers, _loss, chunk)
+        if loss.requires_grad:  # one graph: the loop back-propagates it through its own backward
+            loop.backward(loss)
+        return [p.grad.clone() for p in params]
+
+    plain, one_graph, cached = grads(3, False), grads(0, True), grads(3, True)
+    for a, b, c in zip(plain, one_graph, cached):
+        assert torch.allclose(b, c, rtol=1e-5, atol=1e-4) and torch.allclose(c, a * 2.0 ** 10, rtol=1e-5, atol=1e-4)
+    assert any(float(a.abs().max()) > 1e-3 for a in plain)
+
+
+def test_the_training_loop_lends_its_backward_to_a_step_function(tmp_path):
+    """While ``train_loop`` runs a step function, :func:`harness.train.backward` is the loop's
+    accelerator's; after it (and outside any loop) it is plain ``loss.backward()``."""
+    import harness.train as loop
+
+    lin = torch.nn.Linear(3, 1)
+    seen = []
+
+    def step_fn(batch, step, rng):
+        seen.append(loop._BACKWARD[0])
+        loss = lin(torch.stack([x for x in batch])).pow(2).mean()
+        loop.backward(loss)
+        return loss.detach(), {}
+
+    loop.train_loop([torch.randn(3) for _ in range(4)], step_fn, list(lin.parameters()),
+                    settings=TrainSettings(batch_size=2, epochs=1, log_every=10), seed=0, out=tmp_path)
+    assert len(seen) == 2 and all(callable(b) and getattr(b, "__name__", "") == "backward" for b in seen)
+    assert loop._BACKWARD[0] is None
+
+
 def test_settings_a_gradcache_step_cannot_serve_are_refused():
-    with pytest.raises(ConfigError, match="fp16"):
-        TrainSettings.from_config({"grad_cache_chunk": 8, "precision": "fp16"})
+    assert TrainSettings.from_config({"grad_cache_chunk": 8, "precision": "fp16"}).grad_cache_chunk == 8  # scaled: above
     with pytest.raises(ConfigError, match="grad_accum"):
         TrainSettings.from_config({"grad_cache_chunk": 8, "grad_accum": 2})
     with pytest.raises(ConfigError, match="grad_cache_chunk"):

@@ -258,9 +258,6 @@ def train(ctx: Context, out: Path, run_path: Path) -> dict[str, Any]:
     ce = torch.nn.functional.cross_entropy
     no_span = 0
     chunk = int(s.get("sub_batch") or 0)
-    if chunk and ts.precision == "fp16":
-        raise ConfigError("reader.sub_batch: a step in sub-batches runs its own backward pass, without fp16's loss "
-                          "scaling", fix="train in bf16 or fp32, or set reader.sub_batch: 0")
 
     def step_fn(group: list[tuple[Query, str, list[str]]], step: int, rng: random.Random):
         """The mean over the group's questions of each one's selection and span losses; with
@@ -272,7 +269,7 @@ def train(ctx: Context, out: Path, run_path: Path) -> dict[str, Any]:
         for i in range(0, len(group), chunk):
             part = group[i:i + chunk]
             loss = one_graph(part) * (len(part) / len(group))
-            (loss / ts.grad_accum).backward()  # the loop divides an undetached loss by grad_accum itself
+            loop.backward(loss / ts.grad_accum)  # the loop's backward (fp16: scaled); it divides an undetached loss itself
             total += float(loss.detach())
         return torch.tensor(total), {}  # detached: the loop skips its backward
 

@@ -148,7 +148,8 @@ def learning_twin(cfg: Mapping[str, Any], job: Job, starts: Mapping[str, str]) -
 
 
 #: settings only DensePhrases' training reads (beside harness.methods.base.TRAINING_ONLY)
-TRAINING_ONLY = ("loss_weights", "negatives", "prebatch_batches", "prebatch_start", "distill", "distill_direction", "qg")
+TRAINING_ONLY = ("loss_weights", "negatives", "prebatch_batches", "prebatch_start", "distill", "distill_direction", "qg",
+                 "grad_cache_chunk")
 
 
 def start_key(cfg: Mapping[str, Any], job: Job) -> Any:

@@ -163,9 +163,17 @@ class PhraseModel:
     # ---- questions
     def questions(self, texts: Sequence[str]):
         """(q_start, q_end) [B, d] (d/2 each when split), from the prepared question texts."""
-        torch = torch_for(self.s)
+        return self.encode_questions(self.question_batch(texts))
+
+    def question_batch(self, texts: Sequence[str]) -> dict:
+        """The prepared question texts tokenized as one batch (padded to its longest), on the model's device."""
         enc = self.tok(list(texts), padding=True, truncation=True, max_length=int(self.s["q_max_len"]),
-                       return_tensors="pt").to(self.device)
+                       return_tensors="pt")
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    def encode_questions(self, enc: Mapping[str, Any]):
+        """(q_start, q_end) of a tokenized question batch (:meth:`question_batch`, or rows of one)."""
+        torch = torch_for(self.s)
         if self.shared:
             h = self.phrase(**enc).last_hidden_state
             last = enc["attention_mask"].sum(1) - 1

@@ -219,47 +219,59 @@ def _filter_loss(torch, model: PhraseModel, h, mask, gs, ge):
 
 
 def _step_fn(torch, model: PhraseModel, s: Mapping[str, Any], teacher, index_of: Mapping[str, int],
-             prebatch_from: int | None, queue: deque, counts: dict[str, int]):
-    """The training step of Eq. 9 for the shared loop: (loss, its parts) of a batch of examples."""
+             prebatch_from: int | None, queue: deque, counts: dict[str, int], chunk: int = 0):
+    """The training step of Eq. 9 for the shared loop: (loss, its parts) of a batch of examples. With
+    ``chunk`` (``grad_cache_chunk``) the windows and the questions are encoded in GradCache sub-batches
+    of that many (:func:`harness.train.sub_batch_step`): every term of Eq. 9 couples the batch only
+    through the token vectors h and the question vectors, so the loss is taken on the whole batch's
+    (every in-batch and pre-batch negative) and the gradients are the one graph's."""
+    from harness.train import sub_batch_step
+
     w = s["loss_weights"]
     ce = torch.nn.functional.cross_entropy
     pad = model.tok.pad_token_id or 0
 
     def step_fn(batch: list[Example], step: int, rng: random.Random):
         ids, att, mask = _pad(torch, [e.window for e in batch], pad)
-        h = model.token_vectors(ids, att)
-        dev = h.device
-        mask = mask.to(dev)
-        hs, he = model.start_end(h)
-        qs, qe = model.questions([e.question for e in batch])
-        zs, ze = torch.einsum("btd,bd->bt", hs, qs), torch.einsum("btd,bd->bt", he, qe)
-        neg = torch.finfo(zs.dtype).min  # the scores' dtype: bf16 under autocast, where float32's min overflows
-        zs, ze = zs.masked_fill(~mask, neg), ze.masked_fill(~mask, neg)
-        gs = torch.tensor([e.start for e in batch], device=dev)
-        ge = torch.tensor([e.end for e in batch], device=dev)
-        single = (ce(zs, gs) + ce(ze, ge)) / 2
-        loss = float(w["single"]) * single
-        parts = {"single": float(single.detach())}
-        if s["negatives"] != "none":
-            ar = torch.arange(len(batch), device=dev)
-            G_s, G_e = hs[ar, gs], he[ar, ge]
-            cached: list = []
-            if prebatch_from is not None and step >= prebatch_from:
-                cached = list(queue)
-                counts["prebatch_steps"] += bool(cached)
-                queue.append((G_s.detach(), G_e.detach()))
-            l_neg = neg_loss(torch, qs, qe, G_s, G_e, cached)
-            loss = loss + float(w["neg"]) * l_neg
-            parts["neg"] = float(l_neg.detach())
-        if teacher is not None:
-            l_kl = _distill_loss(torch, zs, ze, mask, batch, teacher, index_of, s["distill_direction"])
-            loss = loss + float(w["distill"]) * l_kl
-            parts["distill"] = float(l_kl.detach())
-        if float(w["filter"]) > 0:
-            l_f = _filter_loss(torch, model, h, mask, gs, ge)
-            loss = loss + float(w["filter"]) * l_f
-            parts["filter"] = float(l_f.detach())
-        return loss, parts
+
+        def loss_fn(h, q):
+            qs, qe = q
+            dev = h.device
+            m = mask.to(dev)
+            hs, he = model.start_end(h)
+            zs, ze = torch.einsum("btd,bd->bt", hs, qs), torch.einsum("btd,bd->bt", he, qe)
+            neg = torch.finfo(zs.dtype).min  # the scores' dtype: bf16 under autocast, where float32's min overflows
+            zs, ze = zs.masked_fill(~m, neg), ze.masked_fill(~m, neg)
+            gs = torch.tensor([e.start for e in batch], device=dev)
+            ge = torch.tensor([e.end for e in batch], device=dev)
+            single = (ce(zs, gs) + ce(ze, ge)) / 2
+            loss = float(w["single"]) * single
+            parts = {"single": float(single.detach())}
+            if s["negatives"] != "none":
+                ar = torch.arange(len(batch), device=dev)
+                G_s, G_e = hs[ar, gs], he[ar, ge]
+                cached: list = []
+                if prebatch_from is not None and step >= prebatch_from:
+                    cached = list(queue)
+                    counts["prebatch_steps"] += bool(cached)
+                    queue.append((G_s.detach(), G_e.detach()))
+                l_neg = neg_loss(torch, qs, qe, G_s, G_e, cached)
+                loss = loss + float(w["neg"]) * l_neg
+                parts["neg"] = float(l_neg.detach())
+            if teacher is not None:
+                l_kl = _distill_loss(torch, zs, ze, m, batch, teacher, index_of, s["distill_direction"])
+                loss = loss + float(w["distill"]) * l_kl
+                parts["distill"] = float(l_kl.detach())
+            if float(w["filter"]) > 0:
+                l_f = _filter_loss(torch, model, h, m, gs, ge)
+                loss = loss + float(w["filter"]) * l_f
+                parts["filter"] = float(l_f.detach())
+            return loss, parts
+
+        towers = [(lambda b: model.token_vectors(b["input_ids"], b["attention_mask"]),
+                   {"input_ids": ids, "attention_mask": att}),
+                  (model.encode_questions, model.question_batch([e.question for e in batch]))]
+        return sub_batch_step(towers, loss_fn, chunk)
 
     return step_fn
 
@@ -290,11 +302,12 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     prebatch_from = math.floor(float(s["prebatch_start"]) * total) if s["negatives"] == "prebatch" else None
     queue: deque = deque(maxlen=int(s["prebatch_batches"]))
     counts = {"prebatch_steps": 0}
-    step_fn = _step_fn(torch, model, s, teacher, index_of, prebatch_from, queue, counts)
+    step_fn = _step_fn(torch, model, s, teacher, index_of, prebatch_from, queue, counts, ts.grad_cache_chunk)
     params = [p for m in model.modules() for p in m.parameters() if p.requires_grad]
     info = loop.train_loop(exs, step_fn, params, settings=ts, seed=seed, out=out, save=model.save,
                            modules=model.modules())
     return {"steps": info["steps"], "examples": len(exs), **stats, **counts, "prebatch_from_step": prebatch_from,
             "seconds": info["seconds"], "loss_first": info["loss_first"], "loss_last": info["loss_last"],
             "backbone": s["backbone"], "params": model.n_params(), "distill_teacher": "reader" if teacher else None,
-            "negatives": s["negatives"], "batch_size": ts.batch_size, "question_generation": qg_stats}
+            "negatives": s["negatives"], "batch_size": ts.batch_size, "grad_cache_chunk": ts.grad_cache_chunk,
+            "question_generation": qg_stats}

@@ -207,7 +207,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     groups = training_groups(s, sets, seed)
     if not groups:
         raise DataError(f"methods.{NAME}: no training batch: the training sets have fewer than 2 questions")
-    ts = loop.TrainSettings.from_config(s)   # before the model: grad_cache_chunk with fp16 fails here
+    ts = loop.TrainSettings.from_config(s)   # before the model: a setting it refuses fails here
     model = LightModel.from_backbone(cfg, s)
     ts = replace(ts, batch_size=1, min_batch=1)   # one example = one pre-formed single-set batch
     step_fn = BatchLoss(model, s, sets, docs)
