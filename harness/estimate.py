@@ -217,6 +217,9 @@ def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
             _bound_search(cfg, job, row, _documents_searched(root, d))
         row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
         row["fallbacks"] = "; ".join(d.get("fallbacks", []))
+        if any(": nlist " in f for f in d.get("fallbacks", [])):  # harness.indexes.phrase: a slice too small for its IVF
+            row["how"] += " (its IVF trained fewer lists than the profile's, whose k-means is not timed: a lower bound)"
+            row["bound"] = "lower"
         _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
         row["bytes"] = d.get("bytes")
         rows.append(row)
@@ -325,8 +328,9 @@ def summary(t: Mapping[str, Any]) -> list[str]:
     if t["gpu_peak_gib"] is not None:
         peaks += f", peak GPU memory {t['gpu_peak_gib']:.1f} GiB"
     return [f"jobs measured: {t['jobs']}; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
-            + (f"; {t['lower_bounds']} search jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (measured "
-               f"against a slice's index, far smaller than the profile's corpus)" if t["lower_bounds"] else ""),
+            + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "
+               f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists)"
+               if t["lower_bounds"] else ""),
             f"GPU jobs (the profile books a GPU) measured on a GPU: {t['gpu_hours']:,.1f} GPU-hours; on {t['gpus']} "
             f"GPUs at best {t['gpu_wall_hours']:,.1f} hours wall (no dependency waits)",
             *([f"GPU jobs measured on a CPU (device_fallback): {t['gpu_jobs_on_cpu']} job(s), "

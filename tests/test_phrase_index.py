@@ -301,6 +301,35 @@ def test_nlist_too_large_is_a_config_error(dump):
         PhraseIndex.build("OPQ8,IVF4,PQ8x8", dump, train_fraction=0.05)
 
 
+def test_the_rehearsal_lowers_an_nlist_its_slice_cannot_train_and_says_so(tmp_path, dump, queries):
+    """Where the job may take fallbacks (device_fallback: the rehearsal's slices hold far fewer token
+    vectors than 1,048,576 lists need), nlist is lowered to the paper's list size (ntotal / 734),
+    recorded in the job's fallbacks and in phrase.json; the index loads under its configured spec only
+    where fallbacks are allowed too, so a search outside the rehearsal never reads it as the paper's."""
+    from harness import cost
+    from harness.indexes.phrase import PAPER_LIST_SIZE
+
+    want = max(1, dump.ntotal // PAPER_LIST_SIZE)
+    cost.allow_fallbacks(True)
+    try:
+        index = PhraseIndex.build("IVF4096,SQ4", dump, max_phrase_len=L, nprobe=256)
+        assert index.nlist == want < 4096 and index.spec == f"phrase:IVF{want},SQ4"
+        assert [f for f in cost.fallbacks() if f.startswith("phrase:IVF4096,SQ4: nlist 4,096 -> ")]
+        assert index.train_info["nlist_fallback"] == {"configured": "phrase:IVF4096,SQ4", "built": index.spec}
+        index.save(tmp_path / "ix")
+        loaded = PhraseIndex.load(tmp_path / "ix", "IVF4096,SQ4")
+        assert loaded.spec == index.spec and loaded.nlist == want
+        assert loaded.search_phrases(*queries, k=10, top_phrases=3) == index.search_phrases(*queries, k=10, top_phrases=3)
+        assert any("searched as built" in f for f in cost.fallbacks())
+    finally:
+        cost.allow_fallbacks(False)
+    for spec in ("IVF4096,SQ4", f"IVF{want},SQ4"):  # the configured spec, or the built one as the index job records it
+        with pytest.raises(DataError, match="device_fallback"):
+            PhraseIndex.load(tmp_path / "ix", spec)
+    with pytest.raises(DataError, match="records"):  # another configured spec: refused as any mismatch
+        PhraseIndex.load(tmp_path / "ix", "IVF2048,SQ4")
+
+
 def test_save_load_identical_and_nprobe_override(tmp_path, dump, queries):
     from harness.meta import write_meta
 

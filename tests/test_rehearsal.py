@@ -220,7 +220,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed or did not finish" in out
-    assert "1 search jobs (0.1 h) are lower bounds" in out
+    assert "1 jobs (0.1 h) are lower bounds" in out
     assert "GPU-hours; on 8 GPUs at best" in out and "CPU jobs: 1.0 hours of job time" in out and "GiB of artifacts" in out
     # the issue's own command line spells the option as Snakemake does
     assert estimate.main(["--configfile", "configs/profiles/paper.yaml", "--measured", str(tmp_path)]) == 0
@@ -616,3 +616,26 @@ def test_the_estimate_schedules_the_profiles_dag_critical_path_and_gpus():
     # a CPU job (BM25's index: the profile books no GPU for it) does not wait for a GPU
     cpu = estimate.schedule(cfg, two + [row("index", "bm25", "scifact", 1800.0)], 1)
     assert abs(cpu["wall_hours"] - 3.0) < 1e-9
+
+
+def test_an_index_built_with_a_lowered_nlist_is_projected_as_a_lower_bound(tmp_path):
+    """DensePhrases' index on the rehearsal's slice: its IVF trained fewer lists than the profile's
+    1,048,576 (harness.indexes.phrase's recorded fallback), so the k-means at that size is not in its
+    per-1,000-passage cost: the row says so and counts as a lower bound; another index does not."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    for folder, fell in (("indexes/densephrases/nq", ["phrase:IVF1048576,SQ4: nlist 1,048,576 -> 109: ..."]),
+                         ("indexes/dpr/nq", [])):
+        (tmp_path / folder).mkdir(parents=True)
+        job = folder.split("/")[1]
+        (tmp_path / folder / "meta.json").write_text(json.dumps(
+            {"kind": "index", "job": job, "dataset": "nq", "documents": 500, "fallbacks": fell,
+             "cost": cost.record("index", {"documents": 500}, 10.0)}))
+    rows = {r["job"]: r for r in estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)}
+    assert rows["densephrases"]["bound"] == "lower" and "fewer lists than the profile's" in rows["densephrases"]["how"]
+    assert "bound" not in rows["dpr"]
+    assert estimate.totals(list(rows.values()), 8)["lower_bounds"] == 1

@@ -26,7 +26,11 @@ What is done here:
   replacement, seeded (default 29), optionally capped at ``max_train``; the authors sample 20% of
   the documents and then 20% of each one's vectors with replacement (~4% of all vectors). Too few
   training vectors for ``nlist`` (or for PQ's 2**nbits centroids) is a ConfigError, never a
-  silent change of nlist. Vectors are added in dump order, so faiss ids = dump rows.
+  silent change of nlist; only where the job may take fallbacks (``device_fallback``: the rehearsal,
+  whose slices hold a few hundred thousand token vectors where 1,048,576 lists need a million) is
+  nlist lowered to the paper's list size (:data:`PAPER_LIST_SIZE` vectors a list), recorded in the
+  job's meta.json ``fallbacks`` and in ``phrase.json``, and an index so built loads only where
+  fallbacks are allowed too. Vectors are added in dump order, so faiss ids = dump rows.
 - Span search: top-k start rows (q_start) and top-k end rows (q_end) by MIPS (one faiss call, as
   the authors); every candidate contributes all its valid partners (ends ``i..i+L-1`` / starts
   ``j-L+1..j`` that are dump rows of the same passage with pre-filter positions less than L apart),
@@ -67,6 +71,8 @@ NPROBE = 256
 MAX_PHRASE_LEN = 10
 TRAIN_FRACTION = 0.2
 TRAIN_SEED = 29
+#: vectors an IVF list of the paper's index holds: 770M kept token vectors (App. E) in 1,048,576 lists
+PAPER_LIST_SIZE = 734
 KNOWN_SPECS = ("Flat", "IVF1048576,SQ4", "OPQ96,IVF1048576,PQ96x8", "IVF4096,SQ4", "OPQ96,IVF4096,PQ96x8")
 FORMS = "phrase:Flat, phrase:IVF<nlist>,SQ4 (the paper) or phrase:OPQ<m>,IVF<nlist>,PQ<m>x<nbits> (the release)"
 _IVF_SQ = re.compile(r"^IVF(\d+),SQ4$")
@@ -210,6 +216,10 @@ class PhraseIndex:
             if parts["d_out"] is not None and parts["d_out"] != d:
                 raise ConfigError(f"{where}: OPQ{parts['m']}_{parts['d_out']} changes the dimension; the phrase "
                                   f"backend keeps d = {d}", fix=f"write OPQ{parts['m']} (or OPQ{parts['m']}_{d})")
+        configured = factory
+        if parts["kind"] != "flat":
+            factory = _fit_nlist(factory, parts, n, _train_count(n, train_fraction, max_train), where)
+            parts = _parse(factory)
         try:
             index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
@@ -221,15 +231,15 @@ class PhraseIndex:
                               fix=f"spell the spec 'phrase:{back}'")
         train: dict[str, Any] = {"fraction": float(train_fraction), "seed": int(seed), "vectors": 0,
                                  "max_train": max_train, "opq_niter": opq_niter}
+        if factory != configured:
+            train["nlist_fallback"] = {"configured": f"phrase:{configured}", "built": f"phrase:{factory}"}
         if parts["kind"] != "flat":
             ivf = faiss.extract_index_ivf(index)
             if parts["kind"] == "opq":
                 faiss.downcast_index(ivf).do_polysemous_training = False
                 if opq_niter is not None:
                     faiss.downcast_VectorTransform(index.chain.at(0)).niter = int(opq_niter)
-            n_train = min(n, max(1, math.ceil(float(train_fraction) * n)))
-            if max_train is not None:
-                n_train = min(n_train, int(max_train))
+            n_train = _train_count(n, train_fraction, max_train)
             need = parts["nlist"]
             what = f"IVF{parts['nlist']} needs at least {parts['nlist']:,} (one per list)"
             pq_need = max(256, 2 ** parts["nbits"]) if parts["kind"] == "opq" else 0  # OPQ trains an 8-bit PQ
@@ -475,9 +485,20 @@ class PhraseIndex:
             saved_spec, rec = str(info["spec"]), dict(info["dump"])
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise DataError(f"{jpath}: unreadable ({exc})", fix="rebuild the phrase index") from None
-        if saved_spec != f"phrase:{factory}":
+        fell = (info.get("train") or {}).get("nlist_fallback") or {}
+        as_configured = bool(fell) and fell.get("configured") == f"phrase:{factory}" and fell.get("built") == saved_spec
+        if saved_spec != f"phrase:{factory}" and not as_configured:
             raise DataError(f"{jpath} records {saved_spec!r} but the index is loaded as 'phrase:{factory}'",
                             fix="rebuild the index, or load it with its recorded spec")
+        if fell:  # built with a lowered nlist (the rehearsal): read only where fallbacks are allowed, recorded
+            from harness.cost import fallback
+
+            if not fallback(f"{fell.get('configured')}: searched as built, {saved_spec} (too few training vectors "
+                            "for its nlist)"):
+                raise DataError(f"{jpath}: the index was built as {saved_spec} in place of {fell.get('configured')!r} "
+                                "(a rehearsal's fallback: its slice had too few vectors to train that nlist)",
+                                fix="rebuild it without device_fallback, or search it with device_fallback: true")
+            factory = saved_spec.removeprefix("phrase:")
         index = faiss.read_index(str(folder / INDEX_FILE))
         back = _readback(index, factory, int(index.d))
         if back != factory:
@@ -499,6 +520,30 @@ class PhraseIndex:
         saved_nprobe = info.get("nprobe")
         return cls(index, factory, pd, max_phrase_len=int(info.get("max_phrase_len", MAX_PHRASE_LEN)),
                    nprobe=saved_nprobe if nprobe is None else nprobe, train=info.get("train"))
+
+
+def _train_count(n: int, train_fraction: float, max_train: int | None) -> int:
+    """Vectors of the coarse quantizer's training sample: ``train_fraction`` of ``n``, capped."""
+    n_train = min(n, max(1, math.ceil(float(train_fraction) * n)))
+    return n_train if max_train is None else min(n_train, int(max_train))
+
+
+def _fit_nlist(factory: str, parts: Mapping[str, Any], n: int, n_train: int, where: str) -> str:
+    """``factory`` as it is, or, where its nlist needs more training vectors than ``n_train`` and the
+    job may take fallbacks (the rehearsal), with nlist lowered to the paper's list size (``n`` /
+    :data:`PAPER_LIST_SIZE`, at most one list per training vector), recorded; else unchanged (the
+    build then fails naming the numbers)."""
+    nlist = int(parts["nlist"])
+    new = max(1, min(n_train, n // PAPER_LIST_SIZE))
+    if n_train >= nlist or new == nlist:
+        return factory
+    from harness.cost import fallback
+
+    if not fallback(f"{where}: nlist {nlist:,} -> {new:,}: {n_train:,} training vectors cannot train {nlist:,} "
+                    f"lists; {new:,} keep the paper's ~{PAPER_LIST_SIZE} vectors a list over the dump's {n:,} (the "
+                    f"coarse quantizer's k-means at {nlist:,} lists is not timed)"):
+        return factory
+    return re.sub(rf"IVF{nlist}(?=,)", f"IVF{new}", factory, count=1)
 
 
 def _check_len(L: Any) -> int:
