@@ -15,6 +15,8 @@ from harness.job import Stage
 
 #: the profile the rehearsal rehearses (its counts are what the estimate projects to)
 PAPER_CONFIG = "configs/profiles/paper.yaml"
+#: the rehearsal overlay: a measured job's config hash is compared with today's rehearsal's
+REHEARSAL_CONFIG = "configs/profiles/rehearsal.yaml"
 
 
 def _card(cfg: Mapping[str, Any], dataset: str | None) -> tuple[dict[str, Any], Mapping[str, Any]]:
@@ -196,25 +198,41 @@ def measured_jobs(root: Any) -> list[dict[str, Any]]:
     return out
 
 
-def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
-    """A projected row per measured job of ``root`` that the plan of ``cfg`` has (same stage, id, dataset)."""
-    from harness import plan
+def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """A projected row per job of the plan of ``cfg`` (same stage, id, dataset) measured under ``root``
+    (this machine's rehearsal) or in ``ledger_records`` (:func:`harness.ledger.read`): one record per
+    job, chosen by :func:`harness.ledger.pick`; each row names its ``source`` and says where the
+    job's settings changed since it was measured (``stale``)."""
+    from pathlib import Path
+
+    from harness import ledger, plan
     from harness.errors import ConfigError
 
     p = plan.get(cfg)
-    rows = []
-    for d in measured_jobs(root):
+    found: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
+    local = measured_jobs(root) if Path(root).is_dir() else []
+    for d in local:
         stage = str(Stage.writing(d["kind"]))
+        d = {**d, "_source": f"{root} (this machine)",
+             "documents_searched": _documents_searched(root, d) if stage == "search" else None}
+        found.setdefault((stage, d["job"], d.get("dataset")), []).append(d)
+    for d in ledger.measurements(ledger_records):
+        found.setdefault((str(Stage.writing(d["kind"])), d["job"], d.get("dataset")), []).append(d)
+    hashes = _rehearsal_hashes(list(found))
+    rows = []
+    for (stage, job_id, dataset), cands in found.items():
         try:
-            job = p.job(stage, d["job"], d.get("dataset"))
+            job = p.job(stage, job_id, dataset)
         except ConfigError:
             continue
+        now = hashes.get((stage, job_id, dataset))
+        d = ledger.pick(cands, bool(job.gpu), now)
         row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"))
         hw = d.get("hardware") or {}
         if row["hardware"] == "cpu" and hw.get("cpu"):
             row["hardware"] = f"{hw['cpu']} ({hw.get('cpus', '?')} cores)"
         if stage == "search":
-            _bound_search(cfg, job, row, _documents_searched(root, d))
+            _bound_search(cfg, job, row, d.get("documents_searched"))
         row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
         row["fallbacks"] = "; ".join(d.get("fallbacks", []))
         if any(": nlist " in f for f in d.get("fallbacks", [])):  # harness.indexes.phrase: a slice too small for its IVF
@@ -222,8 +240,30 @@ def estimate(cfg: Mapping[str, Any], root: Any) -> list[dict[str, Any]]:
             row["bound"] = "lower"
         _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
         row["bytes"] = d.get("bytes")
+        row["source"] = d["_source"]
+        if now is not None and d.get("config_hash") and d["config_hash"] != now:
+            row["stale"] = (f"measured with other settings than today's rehearsal (config hash {str(d['config_hash'])[:10]}, "
+                            f"now {now[:10]}: the job's or an input's settings changed since)")
         rows.append(row)
     return rows
+
+
+def _rehearsal_hashes(keys: list[tuple[str, str, str | None]]) -> dict[tuple[str, str, str | None], str]:
+    """Today's config hash of each (stage, job, dataset) in the rehearsal (the paper profile with
+    its overlay); a job it cannot hash here (an input it cannot read) is left out."""
+    if not keys:
+        return {}
+    from harness import plan
+    from harness.config import load_config
+
+    rp = plan.get(load_config([PAPER_CONFIG, REHEARSAL_CONFIG]))
+    out = {}
+    for key in keys:
+        try:
+            out[key] = rp.hash(rp.job(*key))
+        except Exception:  # noqa: BLE001 - a hash it cannot compute here is "unknown", never an error of the estimate
+            continue
+    return out
 
 
 def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
@@ -411,12 +451,15 @@ def failures(root: Any) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m harness estimate --config configs/profiles/paper.yaml [--measured DIR] [--gpus N]``"""
+    """``python -m harness estimate --config configs/profiles/paper.yaml [--measured DIR] [--ledger DIR |
+    --no-ledger] [--gpus N] [--csv FILE]``, or ``--record`` to write this machine's measured jobs into
+    the ledger (:mod:`harness.ledger`)."""
     import argparse
     from pathlib import Path
 
     import pandas as pd
 
+    from harness import ledger
     from harness.config import add_config_argument, load_config
     from harness.errors import DataError
 
@@ -425,14 +468,28 @@ def main(argv: list[str]) -> int:
     add_config_argument(ap)
     ap.add_argument("--measured", type=Path, default=None,
                     help="results folder of the rehearsal (default: <results_dir>/rehearsal)")
+    ap.add_argument("--ledger", type=Path, default=ledger.LEDGER_DIR,
+                    help=f"the committed costs measured elsewhere (default: {ledger.LEDGER_DIR}; harness/ledger.py)")
+    ap.add_argument("--no-ledger", action="store_true", help="project from --measured alone")
+    ap.add_argument("--record", action="store_true",
+                    help="write the measured jobs and failures of --measured into the ledger of this machine, then stop")
     ap.add_argument("--gpus", type=int, default=8, help="GPUs of the wall-time projection (default 8)")
     ap.add_argument("--csv", type=Path, default=None, help="also write the per-job table here")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     root = args.measured or Path(cfg["results_dir"]) / "rehearsal"
-    rows = estimate(cfg, root)
+    if args.record:
+        if not measured_jobs(root) and not failures(root):
+            raise DataError(f"{root}: no finished or failed rehearsal job to record",
+                            fix="run rehearsal jobs first (see --help of python -m harness estimate)")
+        for path, n in ledger.record(root, args.ledger).items():
+            print(f"{path}: {n['jobs']} measured job(s), {n['failures']} failure(s)")
+        return 0
+    records = [] if args.no_ledger else ledger.read(args.ledger)
+    rows = estimate(cfg, root, records)
     if not rows:
-        raise DataError(f"{root}: no finished rehearsal job with a cost in its meta.json",
+        raise DataError(f"{root}: no finished rehearsal job with a cost in its meta.json"
+                        + ("" if args.no_ledger else f", and no ledger under {args.ledger}"),
                         fix="run the rehearsal first: snakemake --cores all reproduce_all --configfile "
                             "configs/profiles/paper.yaml configs/profiles/rehearsal.yaml")
     df = pd.DataFrame(rows)
@@ -443,7 +500,12 @@ def main(argv: list[str]) -> int:
                "gpu_peak_gib", "disk_gib", "hardware", "papers_own"]]
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
         print(show.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
-    failed = failures(root)
+    print("\nmeasured where: " + "; ".join(f"{n} job(s) from {s}" for s, n in df["source"].value_counts().sort_index().items()))
+    stale = df[df["stale"].notna()] if "stale" in df else df.iloc[:0]
+    if len(stale):
+        print(f"{len(stale)} job(s) measured with other settings than today's rehearsal (rerun and --record them): "
+              + ", ".join(f"{r.stage} {r.job}" + (f" on {r.dataset}" if r.dataset else "") for r in stale.itertuples()))
+    failed = list(dict.fromkeys(failures(root) + ledger.failures(records)))
     if failed:
         print(f"\n{len(failed)} job(s) of the rehearsal failed or did not finish (from their logs):")
         for log, line in failed:

@@ -338,11 +338,12 @@ def test_learning_page_lists_each_models_check(profile, tmp_path):
     assert "learning.html" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")  # the nav links it
 
 
-def test_estimate_page_projects_the_rehearsals_jobs_or_says_how_to_run_it(profile, tmp_path):
+def test_estimate_page_projects_the_rehearsals_jobs_or_says_how_to_run_it(profile, tmp_path, monkeypatch):
     import json
 
-    from harness import cost
+    from harness import cost, ledger
 
+    monkeypatch.setattr(ledger, "LEDGER_DIR", tmp_path / "no-ledger")  # this machine's rehearsal alone
     hsite.build(profile)
     page = (tmp_path / "site" / "estimate.html").read_text(encoding="utf-8")
     assert "No rehearsal has run here" in page and "configs/profiles/rehearsal.yaml" in page

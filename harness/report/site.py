@@ -512,7 +512,7 @@ class Site:
     def estimate_page(self) -> str:
         """The paper profile's cost projected from the rehearsal's measured jobs (results/rehearsal;
         harness.estimate), or how to run the rehearsal where there is none."""
-        from harness import estimate
+        from harness import estimate, ledger
         from harness.config import load_config
 
         root = self.results / "rehearsal"
@@ -526,15 +526,17 @@ class Site:
                 "start-up once (pricing steady), other jobs spread it over their units, so small slices over-project "
                 "(harness/estimate.py).</p>"]
         paper = load_config([estimate.PAPER_CONFIG])
-        rows = estimate.estimate(paper, root) if root.is_dir() else []
-        failed = estimate.failures(root) if root.is_dir() else []
+        records = ledger.read(ledger.LEDGER_DIR)  # the costs measured elsewhere, committed (harness/ledger.py)
+        rows = estimate.estimate(paper, root, records)
+        failed = list(dict.fromkeys((estimate.failures(root) if root.is_dir() else []) + ledger.failures(records)))
         if not rows and not failed:
-            body.append(f"<p>No rehearsal has run here ({esc(root)} has no finished job). Run it, then rebuild the "
-                        f"report:</p><pre>{esc(cmd)}</pre>")
+            body.append(f"<p>No rehearsal has run here ({esc(root)} has no finished job) and no ledger is committed "
+                        f"({esc(ledger.LEDGER_DIR)}). Run it, then rebuild the report:</p><pre>{esc(cmd)}</pre>")
             return page("Cost estimate", body, 0)
         body.append("<table class='estimate'><tr><th>stage</th><th>job</th><th>dataset</th><th>measured s</th>"
                     "<th>counted as</th><th>projected hours</th><th>peak host GiB</th><th>peak GPU GiB</th>"
-                    "<th>projected disk GiB</th><th>measured on</th><th>fallbacks</th><th>the paper's own figure</th></tr>")
+                    "<th>projected disk GiB</th><th>measured on</th><th>fallbacks</th><th>the paper's own figure</th>"
+                    "<th>source</th></tr>")
         for r in rows:
             hours = f"{r['seconds'] / 3600:,.2f}" if r.get("seconds") is not None else "no count"
             gpu = f"{r['gpu_peak_gib']:.1f}" if r.get("gpu_peak_gib") is not None else "—"
@@ -542,7 +544,8 @@ class Site:
             body.append(f"<tr><td>{esc(r['stage'])}</td><td>{esc(r['job'])}</td><td>{esc(r['dataset'])}</td>"
                         f"<td>{r['measured_seconds']:.1f}</td><td>{esc(r['how'])}</td><td class='projected'>{hours}</td>"
                         f"<td>{r['host_peak_gib']:.1f}</td><td>{gpu}</td><td class='projected'>{size}</td><td>{esc(r['hardware'])}</td>"
-                        f"<td>{esc(r.get('fallbacks', ''))}</td><td>{esc(r['papers_own'])}</td></tr>")
+                        f"<td>{esc(r.get('fallbacks', ''))}</td><td>{esc(r['papers_own'])}</td>"
+                        f"<td>{esc(r['source'])}{'<br>' + esc(r['stale']) if r.get('stale') else ''}</td></tr>")
         body.append("</table>")
         body.append("<ul class='projected'>" + "".join(f"<li>{esc(line)}</li>"
                                                        for line in estimate.summary(estimate.totals(rows, 8))

@@ -1,0 +1,149 @@
+"""The cost ledger (#28): what rehearsal jobs cost where they ran, committed under ``configs/costs/``
+so that ``python -m harness estimate`` projects the paper profile on a fresh checkout, and so that
+the measurements of different machines (a CPU box, a GPU node lent for an hour) add up instead of
+vanishing with their ``results/`` folders.
+
+One JSON-lines file per machine (:func:`slug` of its hardware), one line per measured job: the job's
+meta.json trimmed to what the estimate reads (:data:`KEPT`: its cost, config values and hash,
+fallbacks, bytes, hardware, the harness commit and time it ran; a search job also the documents of
+the index it read), and one line per job that failed or did not finish, with its log's one-line
+cause. ``python -m harness estimate --record`` writes the ledger of the machine it runs on from
+``results/rehearsal``: a job measured again replaces its line, a job that now succeeded drops its
+failure. Reading picks, per job, the record to project from (:func:`pick`): one measured on a GPU
+for a job the profile books a GPU for, then one whose settings are today's rehearsal's (its
+``config_hash``), then the newest. Each projected row names its source (the file, the commit, the
+date) and says where the job's settings changed since it was measured.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+#: the committed ledgers, one file per machine
+LEDGER_DIR = Path("configs/costs")
+#: the meta.json fields a ledger line keeps (what harness.estimate reads, and the provenance)
+KEPT = ("kind", "job", "method", "dataset", "config_hash", "git_commit", "created", "versions", "hardware", "bytes",
+        "documents", "cost", "config_values", "fallbacks", "grad_cache_chunk")
+
+
+def slug(hw: Mapping[str, Any]) -> str:
+    """A machine's file name: its GPU (where one was used) or its CPU, cores and memory, e.g.
+    ``amd-epyc-2-cores-23.5gb``; ``unknown`` where the record names none."""
+    gpu = hw.get("gpu")
+    text = str(gpu) if gpu else (f"{hw.get('cpu', '')} {hw['cpus']} cores {hw.get('mem_gb', '')}gb"
+                                 if hw.get("cpu") and hw.get("cpus") else "")
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "unknown"
+
+
+def log_of(stage: str, job: str, dataset: str | None) -> str:
+    """The Snakemake log of a stage job, relative to the results folder (workflow/rules/<stage>.smk)."""
+    return f"logs/{stage}/{job}.log" if not dataset else f"logs/{stage}/{job}-{dataset}.log"
+
+
+def entry(d: Mapping[str, Any], searched: int | None = None) -> dict[str, Any]:
+    """A ledger line of a measured job's meta.json ``d`` (``searched``: documents of the index a
+    search job read, which its line cannot look up later)."""
+    out = {k: d[k] for k in KEPT if d.get(k) is not None}
+    if searched:
+        out["documents_searched"] = int(searched)
+    return out
+
+
+def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
+    """Write the ledger of every machine ``root``'s measured jobs ran on (normally this one) from the
+    rehearsal's results folder ``root``: each measured job's line replaces its earlier one, each failed
+    job's log cause is kept (with this machine's hardware) unless the job now has a measured line.
+    Returns {file: {"jobs": n, "failures": n}}."""
+    from harness import estimate
+    from harness.job import Stage
+    from harness.meta import git_commit, hardware
+
+    measured: dict[str, dict[str, dict[str, Any]]] = {}
+    for d in estimate.measured_jobs(root):
+        stage = str(Stage.writing(d["kind"]))
+        line = entry(d, estimate._documents_searched(root, d) if stage == "search" else None)
+        measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(stage, d["job"], d.get("dataset"))] = line
+    here = hardware()
+    failed = {log: {"failure": why, "log": log, "hardware": here, "git_commit": git_commit(),
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")} for log, why in estimate.failures(root)}
+    if failed:
+        measured.setdefault(slug(here), {})
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, lines in sorted(measured.items()):
+        path = folder / f"{name}.jsonl"
+        old = {_key(r): r for r in _lines(path)}
+        old.update(lines)
+        if name == slug(here):
+            old.update({k: v for k, v in failed.items() if k not in lines})
+        rows = [old[k] for k in sorted(old)]
+        path.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        written[str(path)] = {"jobs": sum("failure" not in r for r in rows), "failures": sum("failure" in r for r in rows)}
+    return written
+
+
+def _key(r: Mapping[str, Any]) -> str:
+    if "failure" in r:
+        return str(r["log"])
+    from harness.job import Stage
+
+    return log_of(str(Stage.writing(r["kind"])), r["job"], r.get("dataset"))
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    """The records of one ledger file; a line that is not a JSON object is a DataError naming it."""
+    from harness.errors import DataError
+
+    if not path.is_file():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{path}:{n}: not a JSON line ({exc})",
+                            fix="restore the file from git, or rewrite it with python -m harness estimate --record") from None
+        if not isinstance(r, dict) or not ("failure" in r or ("cost" in r and r.get("job") and r.get("kind"))):
+            raise DataError(f"{path}:{n}: neither a measured job (kind, job, cost) nor a failure (failure, log)",
+                            fix="restore the file from git, or rewrite it with python -m harness estimate --record")
+        out.append(r)
+    return out
+
+
+def read(folder: Path = LEDGER_DIR) -> list[dict[str, Any]]:
+    """Every record of the ledgers in ``folder``, each with ``_source``: its file, commit and date."""
+    out = []
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        for r in _lines(path):
+            when = str(r.get("created") or "")[:10] or "undated"
+            out.append({**r, "_source": f"{path} (commit {str(r.get('git_commit') or '?')[:7]}, {when})"})
+    return out
+
+
+def measurements(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(r) for r in records if "failure" not in r]
+
+
+def failures(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(log, cause) of the ledgers' failed jobs, each with the machine it failed on."""
+    return [(f"{r['log']} on {slug(r.get('hardware') or {})}", str(r["failure"])) for r in records if "failure" in r]
+
+
+def pick(candidates: list[Mapping[str, Any]], gpu_job: bool, current_hash: str | None) -> Mapping[str, Any]:
+    """The record to project a job from: measured on a GPU where the profile books one, then with
+    today's rehearsal settings (``current_hash``), then the newest; a tie goes to the first (this
+    machine's results come before the ledgers)."""
+    def rank(ir):
+        i, r = ir
+        used_gpu = (r.get("cost") or {}).get("gpu_peak_bytes") is not None
+        return (used_gpu or not gpu_job, current_hash is not None and r.get("config_hash") == current_hash,
+                str(r.get("created") or ""), -i)
+
+    return max(enumerate(candidates), key=rank)[1]

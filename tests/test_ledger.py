@@ -1,0 +1,135 @@
+"""The cost ledger (harness/ledger.py): a rehearsal's measured jobs and failures written per machine,
+read back into the estimate on a checkout without results, one record per job chosen by a stated
+rule, each row naming its source and whether its settings are still today's rehearsal's."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import cost, estimate, ledger
+from harness.config import load_config
+from harness.errors import DataError
+
+CPU = {"machine": "x86_64", "cpus": 2, "system": "Linux", "cpu": "AMD EPYC", "mem_gb": 23.5}
+GPU = {**CPU, "cpus": 16, "gpu": "NVIDIA H200"}
+
+
+def _results(root, *, failed: bool = True):
+    """A rehearsal's results folder: DPR trained and searched on NQ (its index's meta says 500
+    documents), BPR's train job failed with its one-line cause."""
+    cost.allow_fallbacks(False)
+    metas = {
+        "models/dpr": {"kind": "model", "job": "dpr", "hardware": CPU, "created": "2026-12-01T10:00:00+0000",
+                       "git_commit": "abc1234def", "cost": cost.record("train", {"steps": 2}, 30.0),
+                       "inputs": {"data": "results/rehearsal/data/nq"}},
+        "indexes/dpr/nq": {"kind": "index", "job": "dpr", "dataset": "nq", "documents": 500, "hardware": CPU,
+                           "cost": cost.record("index", {"documents": 500}, 10.0)},
+        "runs/nq/dpr": {"kind": "run", "job": "dpr", "dataset": "nq", "hardware": CPU,
+                        "inputs": {"index": "results/rehearsal/indexes/dpr/nq"},
+                        "cost": cost.record("search", {"queries": 32}, 3.2)},
+    }
+    for folder, meta in metas.items():
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / "meta.json").write_text(json.dumps(meta))
+    logs = root / "logs" / "train"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "bpr.log").write_text("error: train bpr: out of memory at this shape (it held 19.5 GiB)\n" if failed
+                                  else "train bpr: done in 12.0s\n")
+
+
+def test_record_writes_one_file_per_machine_and_a_rerun_replaces_its_lines(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.meta.hardware", lambda: CPU)
+    _results(tmp_path / "r")
+    written = ledger.record(tmp_path / "r", tmp_path / "costs")
+    path = tmp_path / "costs" / "amd-epyc-2-cores-23.5gb.jsonl"
+    assert written == {str(path): {"jobs": 3, "failures": 1}}
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [r.get("log") or r["kind"] for r in lines] == ["index", "run", "logs/train/bpr.log", "model"]  # by log
+    run = next(r for r in lines if r.get("kind") == "run")
+    assert run["documents_searched"] == 500 and "inputs" not in run  # looked up now: the index is not committed
+    assert set(run) <= set(ledger.KEPT) | {"documents_searched"}
+    assert lines[2]["failure"].startswith("error: train bpr: out of memory")
+    # BPR trained since: its measured line replaces the failure; the other lines stay
+    cost.allow_fallbacks(False)
+    (tmp_path / "r2" / "models" / "bpr").mkdir(parents=True)
+    (tmp_path / "r2" / "models" / "bpr" / "meta.json").write_text(json.dumps(
+        {"kind": "model", "job": "bpr", "hardware": CPU, "cost": cost.record("train", {"steps": 2}, 40.0)}))
+    assert ledger.record(tmp_path / "r2", tmp_path / "costs") == {str(path): {"jobs": 4, "failures": 0}}
+    # a GPU node's jobs go to its own file
+    (tmp_path / "r3" / "models" / "dpr").mkdir(parents=True)
+    (tmp_path / "r3" / "models" / "dpr" / "meta.json").write_text(json.dumps(
+        {"kind": "model", "job": "dpr", "hardware": GPU, "cost": {**cost.record("train", {"steps": 2}, 2.0),
+                                                                   "gpu_peak_bytes": 44 * 2**30}}))
+    assert list(ledger.record(tmp_path / "r3", tmp_path / "costs")) == [str(tmp_path / "costs" / "nvidia-h200.jsonl")]
+
+
+def test_the_estimate_projects_from_the_ledger_alone_as_from_the_results_it_was_recorded_from(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.meta.hardware", lambda: CPU)
+    _results(tmp_path / "r")
+    ledger.record(tmp_path / "r", tmp_path / "costs")
+    paper = load_config(["configs/profiles/paper.yaml"])
+    here = {(r["stage"], r["job"]): r for r in estimate.estimate(paper, tmp_path / "r")}
+    records = ledger.read(tmp_path / "costs")
+    there = {(r["stage"], r["job"]): r for r in estimate.estimate(paper, tmp_path / "nowhere", records)}
+    assert set(here) == set(there) == {("train", "dpr"), ("index", "dpr"), ("search", "dpr")}
+    for key, row in here.items():
+        assert there[key]["seconds"] == pytest.approx(row["seconds"]) and there[key]["how"] == row["how"]
+        assert row["source"].endswith("(this machine)")
+        assert there[key]["source"].startswith(str(tmp_path / "costs" / "amd-epyc-2-cores-23.5gb.jsonl"))
+    assert "(commit abc1234, 2026-12-01)" in there[("train", "dpr")]["source"]
+    assert there[("search", "dpr")]["bound"] == "lower"  # its index's 500 documents came with the line
+    assert ledger.failures(records) == [("logs/train/bpr.log on amd-epyc-2-cores-23.5gb",
+                                         "error: train bpr: out of memory at this shape (it held 19.5 GiB)")]
+    # both: one row per job (this machine's, where equal)
+    both = estimate.estimate(paper, tmp_path / "r", records)
+    assert len(both) == 3 and all(r["source"].endswith("(this machine)") for r in both)
+
+
+def test_pick_prefers_a_gpu_measurement_for_a_gpu_job_then_todays_settings_then_the_newest():
+    cpu_new = {"hardware": CPU, "cost": {}, "created": "2026-12-02", "config_hash": "h1"}
+    gpu_old = {"hardware": GPU, "cost": {"gpu_peak_bytes": 1}, "created": "2026-11-01", "config_hash": "h0"}
+    cpu_old = {"hardware": CPU, "cost": {}, "created": "2026-11-02", "config_hash": "h0"}
+    assert ledger.pick([cpu_new, gpu_old], gpu_job=True, current_hash="h1") is gpu_old
+    assert ledger.pick([cpu_new, gpu_old], gpu_job=False, current_hash=None) is cpu_new
+    assert ledger.pick([cpu_new, cpu_old], gpu_job=False, current_hash="h0") is cpu_old
+    assert ledger.pick([cpu_old, dict(cpu_old)], gpu_job=False, current_hash=None) is cpu_old  # a tie: the first
+
+
+def test_a_job_measured_with_other_settings_than_todays_rehearsal_is_said_stale(tmp_path):
+    cost.allow_fallbacks(False)
+    key = ("index", "bm25", "nq")
+    now = estimate._rehearsal_hashes([key]).get(key)
+    if now is None:
+        pytest.skip("the rehearsal's BM25 index cannot be hashed here")
+    paper = load_config(["configs/profiles/paper.yaml"])
+    line = {"kind": "index", "job": "bm25", "dataset": "nq", "hardware": CPU, "documents": 500,
+            "cost": cost.record("index", {"documents": 500}, 1.0), "_source": "x"}
+    rows = estimate.estimate(paper, tmp_path / "nowhere", [dict(line, config_hash=now)])
+    assert len(rows) == 1 and "stale" not in rows[0]
+    rows = estimate.estimate(paper, tmp_path / "nowhere", [dict(line, config_hash="0123456789abcdef")])
+    assert rows[0]["stale"].startswith("measured with other settings than today's rehearsal (config hash 0123456789")
+
+
+def test_a_damaged_ledger_line_names_its_file_and_line(tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"kind": "model", "job": "dpr", "cost": {}}\n{"kind": "model"\n')
+    with pytest.raises(DataError, match=r"m\.jsonl:2: not a JSON line"):
+        ledger.read(tmp_path)
+    (tmp_path / "m.jsonl").write_text('{"kind": "model", "job": "dpr"}\n')
+    with pytest.raises(DataError, match=r"m\.jsonl:1: neither a measured job"):
+        ledger.read(tmp_path)
+
+
+def test_the_estimate_command_records_then_projects_from_the_ledger(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("harness.meta.hardware", lambda: CPU)
+    _results(tmp_path / "r")
+    args = ["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path / "r"), "--ledger", str(tmp_path / "c")]
+    assert estimate.main([*args, "--record"]) == 0
+    assert "amd-epyc-2-cores-23.5gb.jsonl: 3 measured job(s), 1 failure(s)" in capsys.readouterr().out
+    assert estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path / "none"),
+                          "--ledger", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "\nmeasured where: 2 job(s) from " in out and "(commit abc1234, 2026-12-01)" in out
+    assert "logs/train/bpr.log on amd-epyc-2-cores-23.5gb: error: train bpr: out of memory" in out
+    with pytest.raises(DataError, match="no finished rehearsal job"):
+        estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path / "none"), "--no-ledger"])
