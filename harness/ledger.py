@@ -56,7 +56,8 @@ def entry(d: Mapping[str, Any], searched: int | None = None) -> dict[str, Any]:
 def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
     """Write the ledger of every machine ``root``'s measured jobs ran on (normally this one) from the
     rehearsal's results folder ``root``: each measured job's line replaces its earlier one, each failed
-    job's log cause is kept (with this machine's hardware) unless the job now has a measured line.
+    job's log cause is kept (with the machine of the measured jobs where they all ran on one, else
+    this machine's hardware) unless the job now has a measured line.
     Returns {file: {"jobs": n, "failures": n}}."""
     from harness import estimate
     from harness.job import Stage
@@ -67,7 +68,9 @@ def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
         stage = str(Stage.writing(d["kind"]))
         line = entry(d, estimate._documents_searched(root, d) if stage == "search" else None)
         measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(stage, d["job"], d.get("dataset"))] = line
-    here = hardware()
+    # the failures ran where the measured jobs did (a GPU node's folder recorded back on a CPU box), or here
+    machines = {slug(d.get("hardware") or {}): d.get("hardware") for d in estimate.measured_jobs(root)}
+    here = next(iter(machines.values())) if len(machines) == 1 else hardware()
     failed = {log: {"failure": why, "log": log, "hardware": here, "git_commit": git_commit(),
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")} for log, why in estimate.failures(root)}
     if failed:

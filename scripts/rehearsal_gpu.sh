@@ -7,7 +7,9 @@
 # the input of the index and search jobs after it. Each job's meta.json (its `cost`: seconds, peak
 # host and GPU memory, seconds per unit) and log are gathered into OUTDIR in the same layout, for
 # `python -m harness estimate --measured OUTDIR`; a job that fails leaves its log's error line in
-# OUTDIR/summary.txt.
+# OUTDIR/summary.txt. Back where the repository is committed, keep them in the cost ledger (one file
+# per machine under configs/costs/, harness/ledger.py) and commit it, so every later estimate has them:
+#   python -m harness estimate --config configs/profiles/paper.yaml --measured OUTDIR --record
 #
 # Prepared where Snakemake runs (the CPU steps the jobs read; a few MB):
 #   snakemake --cores all results/rehearsal/negatives/nq.jsonl results/rehearsal/negatives/msmarco.jsonl \
