@@ -303,7 +303,8 @@ def test_a_job_too_large_for_the_machine_fails_naming_its_memory():
         with cost.memory_guard("train dpr", sub_batch=sub_batch_key("dpr")):
             torch.empty(big, dtype=torch.uint8)
     assert "shrink its batch" not in str(err.value)
-    assert sub_batch_key("qcr") == "methods.qcr.chunk_size" and sub_batch_key("reader") == "reader.sub_batch" and sub_batch_key("densephrases") is None
+    assert sub_batch_key("qcr") == "methods.qcr.chunk_size" and sub_batch_key("reader") == "reader.sub_batch" \
+        and sub_batch_key("densephrases") == "methods.densephrases.grad_cache_chunk"
     assert torch.empty(big, dtype=torch.uint8).numel() == big  # the cap is lifted afterwards
     with cost.memory_guard("train small"):
         assert torch.ones(1000).sum() == 1000
@@ -514,6 +515,7 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
             assert "device cuda -> cpu: torch sees no CUDA device" in meta["fallbacks"], m
     dp = json.loads((tmp_path / "rehearsal" / "models" / "densephrases" / "meta.json").read_text())
     assert dp["hardware"].get("gpu") or "precision fp16 -> fp32: fp16 needs device cuda" in dp["fallbacks"]
+    assert dp["grad_cache_chunk"] == 2  # its GradCache path ran (batch 4 in sub-batches of 2 windows)
     rows = (tmp_path / "rehearsal" / "models" / "qcr" / "loss.tsv").read_text().splitlines()
     assert [r.split("\t")[6] for r in rows[1:]] == ["150.0", "250.0"]  # the schedule's stages, K up to the paper's last
     lr = json.loads((tmp_path / "rehearsal" / "models" / "lightretriever" / "meta.json").read_text())

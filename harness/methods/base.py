@@ -130,7 +130,7 @@ SUB_BATCH_KEYS = ("grad_cache_chunk", "chunk_size", "sub_batch")
 
 def sub_batch_key(name: str) -> str | None:
     """The dotted key of section ``name`` that trains its batch in sub-batches, if it has one (DPR,
-    BPR, VDR/SVDR, LightRetriever: ``grad_cache_chunk``; QCR: ``chunk_size``, GradCache's; the reader:
+    BPR, VDR/SVDR, LightRetriever, DensePhrases: ``grad_cache_chunk``; QCR: ``chunk_size``, GradCache's; the reader:
     ``sub_batch``, of questions): what a job out of memory at the paper's batch may set instead of
     shrinking the batch."""
     fields = _affects(name) if name else {}
