@@ -230,7 +230,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"))
         hw = d.get("hardware") or {}
         if row["hardware"] == "cpu" and hw.get("cpu"):
-            row["hardware"] = f"{hw['cpu']} ({hw.get('cpus', '?')} cores)"
+            row["hardware"] = f"{hw['cpu']} ({hw['simd'] + ', ' if hw.get('simd') else ''}{hw.get('cpus', '?')} cores)"
         if stage == "search":
             _bound_search(cfg, job, row, d.get("documents_searched"))
         row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")

@@ -31,10 +31,10 @@ KEPT = ("kind", "job", "method", "dataset", "config_hash", "git_commit", "create
 
 
 def slug(hw: Mapping[str, Any]) -> str:
-    """A machine's file name: its GPU (where one was used) or its CPU, cores and memory, e.g.
-    ``amd-epyc-2-cores-23.5gb``; ``unknown`` where the record names none."""
+    """A machine's file name: its GPU (where the machine had one) or its CPU, vector ISA, cores and
+    memory, e.g. ``amd-epyc-avx2-2-cores-23.5gb``; ``unknown`` where the record names none."""
     gpu = hw.get("gpu")
-    text = str(gpu) if gpu else (f"{hw.get('cpu', '')} {hw['cpus']} cores {hw.get('mem_gb', '')}gb"
+    text = str(gpu) if gpu else (f"{hw.get('cpu', '')} {hw.get('simd', '')} {hw['cpus']} cores {hw.get('mem_gb', '')}gb"
                                  if hw.get("cpu") and hw.get("cpus") else "")
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "unknown"
 
@@ -64,13 +64,20 @@ def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
     from harness.meta import git_commit, hardware
 
     measured: dict[str, dict[str, dict[str, Any]]] = {}
+    machines: dict[str, Any] = {}
+    this = hardware()
     for d in estimate.measured_jobs(root):
         stage = str(Stage.writing(d["kind"]))
+        hw = d.get("hardware") or {}
+        if "simd" not in hw and hw and all(this.get(k) == v for k, v in hw.items()):
+            # written before meta.hardware named the vector ISA, on a machine like this one in every field
+            # it names: this machine's (the same name covers AVX2 and AVX-512 EPYCs, ~1.7x apart on a BERT step)
+            d = {**d, "hardware": {**hw, "simd": this.get("simd")}}
         line = entry(d, estimate._documents_searched(root, d) if stage == "search" else None)
+        machines[slug(d.get("hardware") or {})] = d.get("hardware")
         measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(stage, d["job"], d.get("dataset"))] = line
     # the failures ran where the measured jobs did (a GPU node's folder recorded back on a CPU box), or here
-    machines = {slug(d.get("hardware") or {}): d.get("hardware") for d in estimate.measured_jobs(root)}
-    here = next(iter(machines.values())) if len(machines) == 1 else hardware()
+    here = next(iter(machines.values())) if len(machines) == 1 else this
     failed = {log: {"failure": why, "log": log, "hardware": here, "git_commit": git_commit(),
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")} for log, why in estimate.failures(root)}
     if failed:

@@ -126,10 +126,16 @@ def device_info(device: str) -> dict[str, Any]:
 def hardware() -> dict[str, Any]:
     info: dict[str, Any] = {"machine": platform.machine(), "cpus": os.cpu_count(), "system": platform.system()}
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        for line in lines:
             if line.startswith("model name"):
                 info["cpu"] = line.split(":", 1)[1].strip()
                 break
+        # the widest vector ISA: machines sold under one name ("AMD EPYC") differ here, and a BERT step with it
+        flags = set(next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), []))
+        simd = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in flags), None)
+        if simd:
+            info["simd"] = simd
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal"):
                 info["mem_gb"] = round(int(line.split()[1]) / 2**20, 1)

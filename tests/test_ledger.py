@@ -11,7 +11,7 @@ from harness import cost, estimate, ledger
 from harness.config import load_config
 from harness.errors import DataError
 
-CPU = {"machine": "x86_64", "cpus": 2, "system": "Linux", "cpu": "AMD EPYC", "mem_gb": 23.5}
+CPU = {"machine": "x86_64", "cpus": 2, "system": "Linux", "cpu": "AMD EPYC", "simd": "AVX2", "mem_gb": 23.5}
 GPU = {**CPU, "cpus": 16, "gpu": "NVIDIA H200"}
 
 
@@ -42,7 +42,7 @@ def test_record_writes_one_file_per_machine_and_a_rerun_replaces_its_lines(tmp_p
     monkeypatch.setattr("harness.meta.hardware", lambda: CPU)
     _results(tmp_path / "r")
     written = ledger.record(tmp_path / "r", tmp_path / "costs")
-    path = tmp_path / "costs" / "amd-epyc-2-cores-23.5gb.jsonl"
+    path = tmp_path / "costs" / "amd-epyc-avx2-2-cores-23.5gb.jsonl"
     assert written == {str(path): {"jobs": 3, "failures": 1}}
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert [r.get("log") or r["kind"] for r in lines] == ["index", "run", "logs/train/bpr.log", "model"]  # by log
@@ -76,10 +76,10 @@ def test_the_estimate_projects_from_the_ledger_alone_as_from_the_results_it_was_
     for key, row in here.items():
         assert there[key]["seconds"] == pytest.approx(row["seconds"]) and there[key]["how"] == row["how"]
         assert row["source"].endswith("(this machine)")
-        assert there[key]["source"].startswith(str(tmp_path / "costs" / "amd-epyc-2-cores-23.5gb.jsonl"))
+        assert there[key]["source"].startswith(str(tmp_path / "costs" / "amd-epyc-avx2-2-cores-23.5gb.jsonl"))
     assert "(commit abc1234, 2026-12-01)" in there[("train", "dpr")]["source"]
     assert there[("search", "dpr")]["bound"] == "lower"  # its index's 500 documents came with the line
-    assert ledger.failures(records) == [("logs/train/bpr.log on amd-epyc-2-cores-23.5gb",
+    assert ledger.failures(records) == [("logs/train/bpr.log on amd-epyc-avx2-2-cores-23.5gb",
                                          "error: train bpr: out of memory at this shape (it held 19.5 GiB)")]
     # both: one row per job (this machine's, where equal)
     both = estimate.estimate(paper, tmp_path / "r", records)
@@ -125,11 +125,24 @@ def test_the_estimate_command_records_then_projects_from_the_ledger(tmp_path, mo
     _results(tmp_path / "r")
     args = ["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path / "r"), "--ledger", str(tmp_path / "c")]
     assert estimate.main([*args, "--record"]) == 0
-    assert "amd-epyc-2-cores-23.5gb.jsonl: 3 measured job(s), 1 failure(s)" in capsys.readouterr().out
+    assert "amd-epyc-avx2-2-cores-23.5gb.jsonl: 3 measured job(s), 1 failure(s)" in capsys.readouterr().out
     assert estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path / "none"),
                           "--ledger", str(tmp_path / "c")]) == 0
     out = capsys.readouterr().out
     assert "\nmeasured where: 2 job(s) from " in out and "(commit abc1234, 2026-12-01)" in out
-    assert "logs/train/bpr.log on amd-epyc-2-cores-23.5gb: error: train bpr: out of memory" in out
+    assert "logs/train/bpr.log on amd-epyc-avx2-2-cores-23.5gb: error: train bpr: out of memory" in out
     with pytest.raises(DataError, match="no finished rehearsal job"):
         estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path / "none"), "--no-ledger"])
+
+
+def test_a_record_from_before_the_isa_was_named_takes_this_machines_only_where_all_else_matches(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.meta.hardware", lambda: CPU)
+    cost.allow_fallbacks(False)
+    old = {k: v for k, v in CPU.items() if k != "simd"}
+    for job, hw in (("dpr", old), ("bpr", {**old, "cpus": 4})):
+        (tmp_path / "r" / "models" / job).mkdir(parents=True)
+        (tmp_path / "r" / "models" / job / "meta.json").write_text(json.dumps(
+            {"kind": "model", "job": job, "hardware": hw, "cost": cost.record("train", {"steps": 2}, 1.0)}))
+    files = ledger.record(tmp_path / "r", tmp_path / "costs")
+    assert sorted(files) == [str(tmp_path / "costs" / "amd-epyc-4-cores-23.5gb.jsonl"),
+                             str(tmp_path / "costs" / "amd-epyc-avx2-2-cores-23.5gb.jsonl")]
