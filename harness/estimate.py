@@ -12,6 +12,8 @@ from typing import Any
 
 from harness.cost import UNITS
 from harness.job import Stage
+from harness.ledger import documents_searched, measured_jobs
+from harness.ledger import log_failures as failures
 
 #: the profile the rehearsal rehearses (its counts are what the estimate projects to)
 PAPER_CONFIG = "configs/profiles/paper.yaml"
@@ -182,22 +184,6 @@ PAPERS_OWN = {
 }
 
 
-def measured_jobs(root: Any) -> list[dict[str, Any]]:
-    """Every finished job's meta.json under ``root`` that has a ``cost`` (train, index, search, measure)."""
-    import json
-    from pathlib import Path
-
-    out = []
-    for meta in sorted(Path(root).rglob("meta.json")):
-        try:
-            d = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(d, dict) and "cost" in d and d.get("job") and Stage.writing(str(d.get("kind"))) is not None:
-            out.append({**d, "_path": str(meta)})
-    return out
-
-
 def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
     """A projected row per job of the plan of ``cfg`` (same stage, id, dataset) measured under ``root``
     (this machine's rehearsal) or in ``ledger_records`` (:func:`harness.ledger.read`): one record per
@@ -214,7 +200,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     for d in local:
         stage = str(Stage.writing(d["kind"]))
         d = {**d, "_source": f"{root} (this machine)",
-             "documents_searched": _documents_searched(root, d) if stage == "search" else None}
+             "documents_searched": documents_searched(root, d) if stage == "search" else None}
         found.setdefault((stage, d["job"], d.get("dataset")), []).append(d)
     for d in ledger.measurements(ledger_records):
         found.setdefault((str(Stage.writing(d["kind"])), d["job"], d.get("dataset")), []).append(d)
@@ -382,26 +368,6 @@ def summary(t: Mapping[str, Any]) -> list[str]:
             f"their documents and queries, models as measured)"]
 
 
-def _documents_searched(root: Any, meta: Mapping[str, Any]) -> int | None:
-    """Documents of the index a measured search job read (its input's meta.json, found under ``root``
-    past ``results/<profile>/``, else as recorded); None where none says."""
-    import json
-    from pathlib import Path
-
-    for value in (meta.get("inputs") or {}).values():
-        p = Path(str(value))
-        # the measured folder first: the path as recorded may name another run's index (a results/ tree
-        # beside the working directory)
-        for folder in ([Path(root).joinpath(*p.parts[2:])] if len(p.parts) > 2 else []) + [p]:
-            try:
-                n = json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("documents")
-            except (OSError, ValueError, TypeError, AttributeError):
-                continue
-            if isinstance(n, int) and n > 0:
-                return n
-    return None
-
-
 def _bound_search(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], searched: int | None) -> None:
     """A search job's seconds per query were measured against the slice's index: searching the
     profile's corpus costs more per query (an exhaustive scan grows with it), so its projection is a
@@ -424,30 +390,6 @@ def _note_sub_batches(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], mea
     if int(measured) != want:
         row["how"] += (f" (measured in GradCache sub-batches of {int(measured)}, the profile "
                        + (f"uses {want}" if want else "trains in one graph") + ": about 4/3 of one graph's compute)")
-
-
-def failures(root: Any) -> list[tuple[str, str]]:
-    """(log, why) of every job under ``root`` that failed: its log's last ``error: ...`` line (the
-    harness's one-line error), or, for a train, index, search or measure job whose log has neither
-    that nor its ``done in`` line, that it ended without a word and the log's last line (a process
-    the kernel killed, or a library that exited it: libgomp's "Thread creation failed"; a job still
-    running reads the same). Snakemake rewrites a job's log when it reruns, so a rerun that
-    succeeded is not listed."""
-    import re
-    from pathlib import Path
-
-    out = []
-    for log in sorted(Path(root).glob("logs/*/*.log")):
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-        errors = [ln for ln in lines if ln.startswith("error:")]
-        if errors:
-            out.append((str(log.relative_to(root)), errors[-1][:400]))
-        elif log.parent.name in ("train", "index", "search", "measure") \
-                and not any(re.match(rf"{log.parent.name} \S+.*: done in ", ln) for ln in lines):
-            last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "(empty)")
-            out.append((str(log.relative_to(root)), "ended without the harness's error line or its done line "
-                                                    f"(killed, or still running); its log's last line: {last[:300]}"))
-    return out
 
 
 def main(argv: list[str]) -> int:

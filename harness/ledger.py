@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.job import Stage
+
 #: the committed ledgers, one file per machine
 LEDGER_DIR = Path("configs/costs")
 #: the meta.json fields a ledger line keeps (what harness.estimate reads, and the provenance)
@@ -53,33 +55,82 @@ def entry(d: Mapping[str, Any], searched: int | None = None) -> dict[str, Any]:
     return out
 
 
+def measured_jobs(root: Any) -> list[dict[str, Any]]:
+    """Every finished job's meta.json under ``root`` that has a ``cost`` (train, index, search, measure)."""
+    out = []
+    for meta in sorted(Path(root).rglob("meta.json")):
+        try:
+            d = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and "cost" in d and d.get("job") and Stage.writing(str(d.get("kind"))) is not None:
+            out.append({**d, "_path": str(meta)})
+    return out
+
+
+def documents_searched(root: Any, meta: Mapping[str, Any]) -> int | None:
+    """Documents of the index a measured search job read (its input's meta.json, found under ``root``
+    past ``results/<profile>/``, else as recorded); None where none says."""
+    for value in (meta.get("inputs") or {}).values():
+        p = Path(str(value))
+        # the measured folder first: the path as recorded may name another run's index (a results/ tree
+        # beside the working directory)
+        for folder in ([Path(root).joinpath(*p.parts[2:])] if len(p.parts) > 2 else []) + [p]:
+            try:
+                n = json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("documents")
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+            if isinstance(n, int) and n > 0:
+                return n
+    return None
+
+
+def log_failures(root: Any) -> list[tuple[str, str]]:
+    """(log, why) of every job under ``root`` that failed: its log's last ``error: ...`` line (the
+    harness's one-line error), or, for a train, index, search or measure job whose log has neither
+    that nor its ``done in`` line, that it ended without a word and the log's last line (a process
+    the kernel killed, or a library that exited it: libgomp's "Thread creation failed"; a job still
+    running reads the same). Snakemake rewrites a job's log when it reruns, so a rerun that
+    succeeded is not listed."""
+    out = []
+    for log in sorted(Path(root).glob("logs/*/*.log")):
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        errors = [ln for ln in lines if ln.startswith("error:")]
+        if errors:
+            out.append((str(log.relative_to(root)), errors[-1][:400]))
+        elif log.parent.name in ("train", "index", "search", "measure") \
+                and not any(re.match(rf"{log.parent.name} \S+.*: done in ", ln) for ln in lines):
+            last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "(empty)")
+            out.append((str(log.relative_to(root)), "ended without the harness's error line or its done line "
+                                                    f"(killed, or still running); its log's last line: {last[:300]}"))
+    return out
+
+
 def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
     """Write the ledger of every machine ``root``'s measured jobs ran on (normally this one) from the
     rehearsal's results folder ``root``: each measured job's line replaces its earlier one, each failed
     job's log cause is kept (with the machine of the measured jobs where they all ran on one, else
     this machine's hardware) unless the job now has a measured line.
     Returns {file: {"jobs": n, "failures": n}}."""
-    from harness import estimate
-    from harness.job import Stage
     from harness.meta import git_commit, hardware
 
     measured: dict[str, dict[str, dict[str, Any]]] = {}
     machines: dict[str, Any] = {}
     this = hardware()
-    for d in estimate.measured_jobs(root):
+    for d in measured_jobs(root):
         stage = str(Stage.writing(d["kind"]))
         hw = d.get("hardware") or {}
         if "simd" not in hw and hw and all(this.get(k) == v for k, v in hw.items()):
             # written before meta.hardware named the vector ISA, on a machine like this one in every field
             # it names: this machine's (the same name covers AVX2 and AVX-512 EPYCs, ~1.7x apart on a BERT step)
             d = {**d, "hardware": {**hw, "simd": this.get("simd")}}
-        line = entry(d, estimate._documents_searched(root, d) if stage == "search" else None)
+        line = entry(d, documents_searched(root, d) if stage == "search" else None)
         machines[slug(d.get("hardware") or {})] = d.get("hardware")
         measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(stage, d["job"], d.get("dataset"))] = line
     # the failures ran where the measured jobs did (a GPU node's folder recorded back on a CPU box), or here
     here = next(iter(machines.values())) if len(machines) == 1 else this
     failed = {log: {"failure": why, "log": log, "hardware": here, "git_commit": git_commit(),
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")} for log, why in estimate.failures(root)}
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")} for log, why in log_failures(root)}
     if failed:
         measured.setdefault(slug(here), {})
     folder = Path(folder)
@@ -100,8 +151,6 @@ def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
 def _key(r: Mapping[str, Any]) -> str:
     if "failure" in r:
         return str(r["log"])
-    from harness.job import Stage
-
     return log_of(str(Stage.writing(r["kind"])), r["job"], r.get("dataset"))
 
 
