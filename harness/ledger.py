@@ -56,7 +56,12 @@ def entry(d: Mapping[str, Any], searched: int | None = None) -> dict[str, Any]:
 
 
 def measured_jobs(root: Any) -> list[dict[str, Any]]:
-    """Every finished job's meta.json under ``root`` that has a ``cost`` (train, index, search, measure)."""
+    """Every finished job's meta.json under ``root`` that has a ``cost`` (train, index, search, measure);
+    one written before meta.hardware named the CPU's vector ISA takes this machine's where every other
+    field of its hardware is this machine's."""
+    from harness.meta import hardware
+
+    this = hardware()
     out = []
     for meta in sorted(Path(root).rglob("meta.json")):
         try:
@@ -64,6 +69,11 @@ def measured_jobs(root: Any) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         if isinstance(d, dict) and "cost" in d and d.get("job") and Stage.writing(str(d.get("kind"))) is not None:
+            hw = d.get("hardware") or {}
+            if "simd" not in hw and hw and all(this.get(k) == v for k, v in hw.items()):
+                # written before meta.hardware named the vector ISA, on a machine like this one in every field it
+                # names: this machine's (the same name covers AVX2 and AVX-512 EPYCs, ~1.7x apart on a BERT step)
+                d = {**d, "hardware": {**hw, "simd": this.get("simd")}}
             out.append({**d, "_path": str(meta)})
     return out
 
@@ -119,11 +129,6 @@ def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
     this = hardware()
     for d in measured_jobs(root):
         stage = str(Stage.writing(d["kind"]))
-        hw = d.get("hardware") or {}
-        if "simd" not in hw and hw and all(this.get(k) == v for k, v in hw.items()):
-            # written before meta.hardware named the vector ISA, on a machine like this one in every field
-            # it names: this machine's (the same name covers AVX2 and AVX-512 EPYCs, ~1.7x apart on a BERT step)
-            d = {**d, "hardware": {**hw, "simd": this.get("simd")}}
         line = entry(d, documents_searched(root, d) if stage == "search" else None)
         machines[slug(d.get("hardware") or {})] = d.get("hardware")
         measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(stage, d["job"], d.get("dataset"))] = line
