@@ -424,8 +424,13 @@ def main(argv: list[str]) -> int:
         if not measured_jobs(root) and not failures(root):
             raise DataError(f"{root}: no finished or failed rehearsal job to record",
                             fix="run rehearsal jobs first (see --help of python -m harness estimate)")
-        for path, n in ledger.record(root, args.ledger).items():
+        keys = [(str(Stage.writing(d["kind"])), d["job"], d.get("dataset")) for d in measured_jobs(root)]
+        skipped: list[str] = []
+        for path, n in ledger.record(root, args.ledger, _rehearsal_hashes(keys), skipped).items():
             print(f"{path}: {n['jobs']} measured job(s), {n['failures']} failure(s)")
+        if skipped:
+            print(f"not recorded, measured with other settings than the rehearsal's (rehearsal-tiny, or an override "
+                  f"that changes the job): {', '.join(skipped)}")
         return 0
     records = [] if args.no_ledger else ledger.read(args.ledger)
     rows = estimate(cfg, root, records)

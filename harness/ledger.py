@@ -116,12 +116,15 @@ def log_failures(root: Any) -> list[tuple[str, str]]:
     return out
 
 
-def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
+def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | None = None,
+           skipped: list[str] | None = None) -> dict[str, Any]:
     """Write the ledger of every machine ``root``'s measured jobs ran on (normally this one) from the
     rehearsal's results folder ``root``: each measured job's line replaces its earlier one, each failed
     job's log cause is kept (with the machine of the measured jobs where they all ran on one, else
-    this machine's hardware) unless the job now has a measured line.
-    Returns {file: {"jobs": n, "failures": n}}."""
+    this machine's hardware) unless the job now has a measured line. ``hashes``: today's rehearsal's
+    config hash of each (stage, job, dataset); a job measured with other settings (rehearsal-tiny, or
+    an override that changes the job) is not the rehearsal's and is left out, its log named in
+    ``skipped``. Returns {file: {"jobs": n, "failures": n}}."""
     from harness.meta import git_commit, hardware
 
     measured: dict[str, dict[str, dict[str, Any]]] = {}
@@ -129,6 +132,11 @@ def record(root: Path, folder: Path = LEDGER_DIR) -> dict[str, Any]:
     this = hardware()
     for d in measured_jobs(root):
         stage = str(Stage.writing(d["kind"]))
+        want = (hashes or {}).get((stage, d["job"], d.get("dataset")))
+        if want is not None and d.get("config_hash") != want:
+            if skipped is not None:
+                skipped.append(log_of(stage, d["job"], d.get("dataset")))
+            continue
         line = entry(d, documents_searched(root, d) if stage == "search" else None)
         machines[slug(d.get("hardware") or {})] = d.get("hardware")
         measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(stage, d["job"], d.get("dataset"))] = line

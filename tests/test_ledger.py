@@ -123,6 +123,14 @@ def test_a_damaged_ledger_line_names_its_file_and_line(tmp_path):
 def test_the_estimate_command_records_then_projects_from_the_ledger(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("harness.meta.hardware", lambda: CPU)
     _results(tmp_path / "r")
+    # the command records the rehearsal's own jobs only: these carry today's rehearsal hashes, as its jobs do
+    keys = {"models/dpr": ("train", "dpr", None), "indexes/dpr/nq": ("index", "dpr", "nq"), "runs/nq/dpr": ("search", "dpr", "nq")}
+    hashes = estimate._rehearsal_hashes(list(keys.values()))
+    if len(hashes) < 3:
+        pytest.skip("the rehearsal's DPR jobs cannot be hashed here")
+    for folder, key in keys.items():
+        meta = json.loads((tmp_path / "r" / folder / "meta.json").read_text())
+        (tmp_path / "r" / folder / "meta.json").write_text(json.dumps({**meta, "config_hash": hashes[key]}))
     args = ["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path / "r"), "--ledger", str(tmp_path / "c")]
     assert estimate.main([*args, "--record"]) == 0
     assert "amd-epyc-avx2-2-cores-23.5gb.jsonl: 3 measured job(s), 1 failure(s)" in capsys.readouterr().out
@@ -146,3 +154,15 @@ def test_a_record_from_before_the_isa_was_named_takes_this_machines_only_where_a
     files = ledger.record(tmp_path / "r", tmp_path / "costs")
     assert sorted(files) == [str(tmp_path / "costs" / "amd-epyc-4-cores-23.5gb.jsonl"),
                              str(tmp_path / "costs" / "amd-epyc-avx2-2-cores-23.5gb.jsonl")]
+
+
+def test_a_job_measured_with_other_settings_than_the_rehearsals_is_not_recorded(tmp_path, monkeypatch):
+    """rehearsal-tiny (or an override that changes a job) measures another job than the rehearsal's:
+    with today's rehearsal hashes, record leaves it out and names it."""
+    monkeypatch.setattr("harness.meta.hardware", lambda: CPU)
+    _results(tmp_path / "r", failed=False)
+    skipped: list[str] = []
+    meta = json.loads((tmp_path / "r" / "models" / "dpr" / "meta.json").read_text())
+    (tmp_path / "r" / "models" / "dpr" / "meta.json").write_text(json.dumps({**meta, "config_hash": "tiny"}))
+    written = ledger.record(tmp_path / "r", tmp_path / "costs", {("train", "dpr", None): "paper-shape"}, skipped)
+    assert skipped == ["logs/train/dpr.log"] and list(written.values()) == [{"jobs": 2, "failures": 0}]
