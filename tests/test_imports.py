@@ -157,7 +157,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "harness.io", "harness.stats")),
     ("settings", ("harness.settings", "harness.meta", "harness.numerics")),
     ("records", ("harness.job", "harness.recording", "harness.runs", "harness.artifacts", "harness.figures",
-                 "harness.timing", "harness.cost", "harness.train", "harness.models", "harness.published")),
+                 "harness.timing", "harness.cost", "harness.ledger", "harness.train", "harness.models", "harness.published")),
     ("data", ("harness.datasets", "harness.decontam")),
     ("evaluation", ("harness.evaluate",)),
     ("indexes", ("harness.indexes", "harness.fusion", "harness.rerank")),
