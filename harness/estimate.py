@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.cost import UNITS
-from harness.job import Stage
-from harness.ledger import documents_searched, measured_jobs
+from harness.ledger import documents_searched, job_key, measured_jobs
 from harness.ledger import log_failures as failures
 
 #: the profile the rehearsal rehearses (its counts are what the estimate projects to)
@@ -198,12 +197,11 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     found: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
     local = measured_jobs(root) if Path(root).is_dir() else []
     for d in local:
-        stage = str(Stage.writing(d["kind"]))
         d = {**d, "_source": f"{root} (this machine)",
-             "documents_searched": documents_searched(root, d) if stage == "search" else None}
-        found.setdefault((stage, d["job"], d.get("dataset")), []).append(d)
+             "documents_searched": documents_searched(root, d) if job_key(d)[0] == "search" else None}
+        found.setdefault(job_key(d), []).append(d)
     for d in ledger.measurements(ledger_records):
-        found.setdefault((str(Stage.writing(d["kind"])), d["job"], d.get("dataset")), []).append(d)
+        found.setdefault(job_key(d), []).append(d)
     hashes = _rehearsal_hashes(list(found))
     rows = []
     for (stage, job_id, dataset), cands in found.items():
@@ -421,12 +419,13 @@ def main(argv: list[str]) -> int:
     cfg = load_config(args.config)
     root = args.measured or Path(cfg["results_dir"]) / "rehearsal"
     if args.record:
-        if not measured_jobs(root) and not failures(root):
+        jobs = measured_jobs(root)
+        if not jobs and not failures(root):
             raise DataError(f"{root}: no finished or failed rehearsal job to record",
                             fix="run rehearsal jobs first (see --help of python -m harness estimate)")
-        keys = [(str(Stage.writing(d["kind"])), d["job"], d.get("dataset")) for d in measured_jobs(root)]
         skipped: list[str] = []
-        for path, n in ledger.record(root, args.ledger, _rehearsal_hashes(keys), skipped).items():
+        hashes = _rehearsal_hashes([job_key(d) for d in jobs])
+        for path, n in ledger.record(root, args.ledger, hashes, skipped, jobs=jobs).items():
             print(f"{path}: {n['jobs']} measured job(s), {n['failures']} failure(s)")
         if skipped:
             print(f"not recorded, measured with other settings than the rehearsal's (rehearsal-tiny, or an override "

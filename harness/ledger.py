@@ -41,6 +41,12 @@ def slug(hw: Mapping[str, Any]) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "unknown"
 
 
+def job_key(d: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """(stage, job, dataset) of a measured job's meta.json or ledger line: the identity the plan,
+    today's rehearsal hashes and the ledger's lines share."""
+    return str(Stage.writing(str(d["kind"]))), str(d["job"]), d.get("dataset")
+
+
 def log_of(stage: str, job: str, dataset: str | None) -> str:
     """The Snakemake log of a stage job, relative to the results folder (workflow/rules/<stage>.smk)."""
     return f"logs/{stage}/{job}.log" if not dataset else f"logs/{stage}/{job}-{dataset}.log"
@@ -117,29 +123,30 @@ def log_failures(root: Any) -> list[tuple[str, str]]:
 
 
 def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | None = None,
-           skipped: list[str] | None = None) -> dict[str, Any]:
+           skipped: list[str] | None = None, jobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write the ledger of every machine ``root``'s measured jobs ran on (normally this one) from the
     rehearsal's results folder ``root``: each measured job's line replaces its earlier one, each failed
     job's log cause is kept (with the machine of the measured jobs where they all ran on one, else
     this machine's hardware) unless the job now has a measured line. ``hashes``: today's rehearsal's
     config hash of each (stage, job, dataset); a job measured with other settings (rehearsal-tiny, or
     an override that changes the job) is not the rehearsal's and is left out, its log named in
-    ``skipped``. Returns {file: {"jobs": n, "failures": n}}."""
+    ``skipped``. ``jobs``: :func:`measured_jobs` of ``root`` where the caller has read them already.
+    Returns {file: {"jobs": n, "failures": n}}."""
     from harness.meta import git_commit, hardware
 
     measured: dict[str, dict[str, dict[str, Any]]] = {}
     machines: dict[str, Any] = {}
     this = hardware()
-    for d in measured_jobs(root):
-        stage = str(Stage.writing(d["kind"]))
-        want = (hashes or {}).get((stage, d["job"], d.get("dataset")))
+    for d in measured_jobs(root) if jobs is None else jobs:
+        key = job_key(d)
+        want = (hashes or {}).get(key)
         if want is not None and d.get("config_hash") != want:
             if skipped is not None:
-                skipped.append(log_of(stage, d["job"], d.get("dataset")))
+                skipped.append(log_of(*key))
             continue
-        line = entry(d, documents_searched(root, d) if stage == "search" else None)
+        line = entry(d, documents_searched(root, d) if key[0] == "search" else None)
         machines[slug(d.get("hardware") or {})] = d.get("hardware")
-        measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(stage, d["job"], d.get("dataset"))] = line
+        measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(*key)] = line
     # the failures ran where the measured jobs did (a GPU node's folder recorded back on a CPU box), or here
     here = next(iter(machines.values())) if len(machines) == 1 else this
     failed = {log: {"failure": why, "log": log, "hardware": here, "git_commit": git_commit(),
@@ -162,9 +169,7 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
 
 
 def _key(r: Mapping[str, Any]) -> str:
-    if "failure" in r:
-        return str(r["log"])
-    return log_of(str(Stage.writing(r["kind"])), r["job"], r.get("dataset"))
+    return str(r["log"]) if "failure" in r else log_of(*job_key(r))
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
