@@ -316,6 +316,11 @@ def test_the_rehearsal_lowers_an_nlist_its_slice_cannot_train_and_says_so(tmp_pa
         assert index.nlist == want < 4096 and index.spec == f"phrase:IVF{want},SQ4"
         assert [f for f in cost.fallbacks() if f.startswith("phrase:IVF4096,SQ4: nlist 4,096 -> ")]
         assert index.train_info["nlist_fallback"] == {"configured": "phrase:IVF4096,SQ4", "built": index.spec}
+        assert index.built_in_place_of == "phrase:IVF4096,SQ4"
+        # through the registry, as the index job builds it (the rehearsal's first run at the paper's shape
+        # failed here: build_index read the lowered nlist back as a misspelt spec)
+        via = build_index("phrase:IVF4096,SQ4", dump, max_phrase_len=L, nprobe=256)
+        assert via.spec == index.spec and via.built_in_place_of == "phrase:IVF4096,SQ4"
         index.save(tmp_path / "ix")
         loaded = PhraseIndex.load(tmp_path / "ix", "IVF4096,SQ4")
         assert loaded.spec == index.spec and loaded.nlist == want

@@ -278,6 +278,13 @@ class PhraseIndex:
         return f"phrase:{_readback(self.index, self.factory, self.dim)}"
 
     @property
+    def built_in_place_of(self) -> str | None:
+        """The spec this index was asked to build where a recorded fallback built it otherwise (the
+        rehearsal's lowered nlist: ``train_info["nlist_fallback"]``), else None."""
+        fell = self.train_info.get("nlist_fallback") or {}
+        return str(fell["configured"]) if fell.get("built") == self.spec and fell.get("configured") else None
+
+    @property
     def nbytes(self) -> int:
         """Bytes the faiss index holds in memory (:func:`faiss_nbytes`); the dump is not counted."""
         return faiss_nbytes(self.index)
