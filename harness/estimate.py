@@ -197,9 +197,10 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     found: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
     local = measured_jobs(root) if Path(root).is_dir() else []
     for d in local:
+        key = job_key(d)
         d = {**d, "_source": f"{root} (this machine)",
-             "documents_searched": documents_searched(root, d) if job_key(d)[0] == "search" else None}
-        found.setdefault(job_key(d), []).append(d)
+             "documents_searched": documents_searched(root, d) if key[0] == "search" else None}
+        found.setdefault(key, []).append(d)
     for d in ledger.measurements(ledger_records):
         found.setdefault(job_key(d), []).append(d)
     hashes = _rehearsal_hashes(list(found))

@@ -281,8 +281,7 @@ class PhraseIndex:
     def built_in_place_of(self) -> str | None:
         """The spec this index was asked to build where a recorded fallback built it otherwise (the
         rehearsal's lowered nlist: ``train_info["nlist_fallback"]``), else None."""
-        fell = self.train_info.get("nlist_fallback") or {}
-        return str(fell["configured"]) if fell.get("built") == self.spec and fell.get("configured") else None
+        return _built_in_place_of(self.train_info, self.spec)
 
     @property
     def nbytes(self) -> int:
@@ -493,7 +492,7 @@ class PhraseIndex:
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise DataError(f"{jpath}: unreadable ({exc})", fix="rebuild the phrase index") from None
         fell = (info.get("train") or {}).get("nlist_fallback") or {}
-        as_configured = bool(fell) and fell.get("configured") == f"phrase:{factory}" and fell.get("built") == saved_spec
+        as_configured = _built_in_place_of(info.get("train") or {}, saved_spec) == f"phrase:{factory}"
         if saved_spec != f"phrase:{factory}" and not as_configured:
             raise DataError(f"{jpath} records {saved_spec!r} but the index is loaded as 'phrase:{factory}'",
                             fix="rebuild the index, or load it with its recorded spec")
@@ -533,6 +532,13 @@ def _train_count(n: int, train_fraction: float, max_train: int | None) -> int:
     """Vectors of the coarse quantizer's training sample: ``train_fraction`` of ``n``, capped."""
     n_train = min(n, max(1, math.ceil(float(train_fraction) * n)))
     return n_train if max_train is None else min(n_train, int(max_train))
+
+
+def _built_in_place_of(train: Mapping[str, Any], built: str) -> str | None:
+    """The configured spec of a recorded nlist fallback (``train["nlist_fallback"]``) whose built spec
+    is ``built``, else None: what :attr:`PhraseIndex.built_in_place_of` and loading both read."""
+    fell = train.get("nlist_fallback") or {}
+    return str(fell["configured"]) if fell.get("built") == built and fell.get("configured") else None
 
 
 def _fit_nlist(factory: str, parts: Mapping[str, Any], n: int, n_train: int, where: str) -> str:
