@@ -353,6 +353,57 @@ def test_threshold_keeps_em_and_the_gold_phrases():
     assert dp.choose_threshold(grid[2:], 0.0125, 0.02) is None                        # every threshold drops gold
 
 
+def _scored(keeps):
+    return [[dp.Scored(np.zeros(len(k)), np.zeros(len(k)), np.array(v), np.array(k, dtype=np.float32),
+                       [(i, i + 1) for i in range(len(k))], "x" * len(k)) for k, v in doc] for doc in keeps]
+
+
+def test_threshold_for_kept_keeps_that_fraction_of_the_valid_tokens():
+    """By hand: the valid logits are 0..9 (the invalid 100s never count): keeping 30 % puts the
+    threshold at the 70th percentile, 6.3, above which 7, 8 and 9 keep."""
+    scored = _scored([[([0, 1, 2, 100], [1, 1, 1, 0]), ([3, 4, 5], [1, 1, 1])], [([6, 7, 8, 9, 100], [1, 1, 1, 1, 0])]])
+    thr, kept = dp.threshold_for_kept(scored, 0.3)
+    assert thr == pytest.approx(6.3) and kept == pytest.approx(0.3)
+    assert dp.threshold_for_kept(scored, 1.0)[1] == pytest.approx(0.9)   # ties at the minimum drop together
+    with pytest.raises(ValueError):
+        dp.threshold_for_kept(_scored([[([1.0], [0])]]), 0.5)
+
+
+@pytest.mark.parametrize("kept_fraction", [None, 0.25])
+def test_untunable_filter_keeps_kept_fraction_or_every_token(monkeypatch, cfg, kept_fraction):
+    """Random weights (the rehearsal): dev EM 0 without the filter, so no grid entry can be chosen.
+    Without filter.kept_fraction no token is filtered (the rehearsal's dump kept all 317,369, about
+    13 TB projected); with it the threshold keeps that fraction of the dev tokens, and says why."""
+    from harness.methods.densephrases import index as ix
+
+    rng = np.random.default_rng(0)
+    dev = [Query(f"q{i}", f"question {i}", ["nowhere"], [f"d{i}"]) for i in range(8)]
+    docs = [Doc(f"d{i}", "", f"passage {i}") for i in range(8)]
+    monkeypatch.setattr(ix, "dev_questions", lambda c, s: (dev, "smoke/train"))
+    monkeypatch.setattr(ix.store, "iter_corpus", lambda folder: iter(docs))
+    monkeypatch.setattr(ix, "score_passages", lambda model, qs, ds, s: _scored(
+        [[(rng.normal(size=40), np.ones(40, bool))] for _ in ds]))
+    c = copy.deepcopy(cfg)
+    c["methods"]["densephrases"]["filter"] = {**c["methods"]["densephrases"]["filter"], "kept_fraction": kept_fraction}
+    got = ix.tune_threshold(c, dp.settings(c), model=None)
+    assert got["em_unfiltered"] == 0 and got["dev_questions"] == 8
+    if kept_fraction is None:
+        assert got["threshold"] is None and got["why"].endswith("no token filtered")
+    else:
+        assert got["threshold"] is not None and got["tuned"] is False
+        assert got["kept_fraction_dev"] == pytest.approx(0.25, abs=1 / 320) and "filter.kept_fraction 0.25" in got["why"]
+
+
+def test_paper_profile_dump_filters_and_builds_no_flat_reference():
+    """The paper profile's phrase index: the footnote-8 IVF-SQ4 and the released OPQ index, no Flat
+    reference over ~770M float32 token vectors; App. E's 25 % kept where the filter cannot be tuned."""
+    paper = load_config(["configs/profiles/paper.yaml"])
+    s = dp.settings(paper)
+    assert set(dp.index_specs(s, gold_only=False)) == {"main", "opq"}
+    assert s["filter"]["kept_fraction"] == 0.25 and s["filter"]["threshold"] is None
+    assert "flat" in dp.index_specs(dp.settings(load_config()), gold_only=False)   # smoke keeps its exact reference
+
+
 # ------------------------------------------------------------------------------------------ GradCache
 
 

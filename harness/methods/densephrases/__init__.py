@@ -23,7 +23,8 @@ Training (Eq. 9): L = l1 L_single + l2 L_distill + l3 L_neg (+ the filter's BCE,
   on the gold positions (positive weight = window length, as the code); at dump time a token is
   kept if either logit exceeds a threshold tuned on dev questions (the highest threshold of a grid
   whose reading-comprehension EM, and the fraction of dev questions whose gold answer phrase survives,
-  both stay within ``filter.tolerance`` of their unfiltered values).
+  both stay within ``filter.tolerance`` of their unfiltered values); where none does (random weights),
+  ``filter.kept_fraction`` may set the threshold that keeps that fraction of the dev tokens instead.
 
 Indexing (§5): every kept token vector of every passage (windows of ``dump_max_len`` with stride;
 a token is taken from the window where it has most context) goes to the phrase dump
@@ -48,7 +49,7 @@ indexes), search.py (Eq. 10), qs.py (Eq. 11), measure.py (EM/F1, RC, speed, Tabl
 from __future__ import annotations
 
 from harness.methods.densephrases.index import (build, choose_threshold, dump_corpus, gold_docs, gold_tokens,
-                                                 index_specs, tune_threshold)
+                                                 index_specs, threshold_for_kept, tune_threshold)
 from harness.methods.densephrases.jobs import (answer_systems, declare, learning_twin, qs_step, rc_job, search_job,
                                                 start_key, train_step)
 from harness.methods.densephrases.measure import _time_child, measure_c3, measure_em, measure_rc, measure_speed
@@ -71,4 +72,4 @@ __all__ = ["ANSWERS", "DEFAULTS", "DUMP_DIR", "NAME", "SCHEMA", "Example", "Phra
            "measure_em", "measure_rc", "measure_speed", "model_id", "model_of", "neg_loss", "open_em", "passage_run",
            "phrase_answers", "prepare", "qs_step", "rc_job", "rc_predict", "read_passages", "run_search",
            "score_passages", "search_job", "settings", "start_key", "teacher_logits", "train", "train_qs", "train_signature",
-           "train_questions", "train_step", "tune_threshold", "variants", "windows"]
+           "threshold_for_kept", "train_questions", "train_step", "tune_threshold", "variants", "windows"]

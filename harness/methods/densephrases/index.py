@@ -53,6 +53,17 @@ def choose_threshold(grid: Sequence[Mapping[str, float]], em_unfiltered: float, 
     return max(ok, key=lambda g: g["threshold"]) if ok and em_unfiltered > 0 else None
 
 
+def threshold_for_kept(scored: Sequence[Sequence[Scored]], fraction: float) -> tuple[float, float]:
+    """(threshold, kept): the threshold at which ``fraction`` of the scored windows' valid tokens keep
+    (their max(start, end) filter logit above it, as the dump and ``rc_predict`` read it), and the
+    fraction actually kept (ties at the threshold drop together)."""
+    logits = np.concatenate([w.keep[w.valid.astype(bool)] for sc in scored for w in sc] or [np.zeros(0)])
+    if not len(logits):
+        raise ValueError("no valid token to take the filter's kept fraction from")
+    thr = float(np.quantile(logits.astype(np.float64), 1.0 - float(fraction)))
+    return thr, float((logits > thr).mean())
+
+
 def tune_threshold(cfg: Mapping[str, Any], s: Mapping[str, Any], model: PhraseModel) -> dict[str, Any]:
     """The highest threshold of ``filter.grid`` at which the dev reading-comprehension performance
     "does not drop significantly" (App. E), read two ways, both relative to no filter: the EM stays at
@@ -93,12 +104,19 @@ def tune_threshold(cfg: Mapping[str, Any], s: Mapping[str, Any], model: PhraseMo
         kept = sum(int((w.valid & (w.keep > thr)).sum()) for sc in scored for w in sc)
         grid.append({"threshold": thr, "em": em(thr), "kept": kept / max(1, total), "gold_kept": gold_kept(thr)})
     chosen = choose_threshold(grid, base, float(f["tolerance"]), gold=bool(gold))
-    why = None if chosen else ("dev EM is 0 without the filter: nothing to keep it at; no token filtered" if base == 0
-                               else "no threshold of the grid keeps dev EM and the gold phrases within the tolerance; "
-                                    "no token filtered")
-    return {"threshold": chosen["threshold"] if chosen else None, "tuned": True, "why": why, "dev": where,
-            "dev_questions": len(dev), "em_unfiltered": base, "gold_questions": len(gold), "grid": grid,
-            "kept_fraction_dev": chosen["kept"] if chosen else 1.0}
+    out = {"threshold": chosen["threshold"] if chosen else None, "tuned": True, "why": None, "dev": where,
+           "dev_questions": len(dev), "em_unfiltered": base, "gold_questions": len(gold), "grid": grid,
+           "kept_fraction_dev": chosen["kept"] if chosen else 1.0}
+    if chosen:
+        return out
+    why = ("dev EM is 0 without the filter: nothing to keep it at" if base == 0
+           else "no threshold of the grid keeps dev EM and the gold phrases within the tolerance")
+    if f.get("kept_fraction") is None:
+        return {**out, "why": why + "; no token filtered"}
+    thr, kept = threshold_for_kept(scored, float(f["kept_fraction"]))
+    return {**out, "threshold": thr, "kept_fraction_dev": kept, "tuned": False,
+            "why": f"{why}; threshold {thr:.4g} keeps filter.kept_fraction {f['kept_fraction']} of the dev "
+                   f"passages' tokens instead ({kept:.3f} kept)"}
 
 
 # --------------------------------------------------------------------------------------------
