@@ -420,13 +420,13 @@ def main(argv: list[str]) -> int:
     cfg = load_config(args.config)
     root = args.measured or Path(cfg["results_dir"]) / "rehearsal"
     if args.record:
-        jobs = measured_jobs(root)
-        if not jobs and not failures(root):
+        jobs, failed = measured_jobs(root), failures(root)
+        if not jobs and not failed:
             raise DataError(f"{root}: no finished or failed rehearsal job to record",
                             fix="run rehearsal jobs first (see --help of python -m harness estimate)")
         skipped: list[str] = []
         hashes = _rehearsal_hashes([job_key(d) for d in jobs])
-        for path, n in ledger.record(root, args.ledger, hashes, skipped, jobs=jobs).items():
+        for path, n in ledger.record(root, args.ledger, hashes, skipped, jobs=jobs, failed=failed).items():
             print(f"{path}: {n['jobs']} measured job(s), {n['failures']} failure(s)")
         if skipped:
             print(f"not recorded, measured with other settings than the rehearsal's (rehearsal-tiny, or an override "

@@ -123,14 +123,16 @@ def log_failures(root: Any) -> list[tuple[str, str]]:
 
 
 def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | None = None,
-           skipped: list[str] | None = None, jobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+           skipped: list[str] | None = None, jobs: list[dict[str, Any]] | None = None,
+           failed: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Write the ledger of every machine ``root``'s measured jobs ran on (normally this one) from the
     rehearsal's results folder ``root``: each measured job's line replaces its earlier one, each failed
     job's log cause is kept (with the machine of the measured jobs where they all ran on one, else
     this machine's hardware) unless the job now has a measured line. ``hashes``: today's rehearsal's
     config hash of each (stage, job, dataset); a job measured with other settings (rehearsal-tiny, or
     an override that changes the job) is not the rehearsal's and is left out, its log named in
-    ``skipped``. ``jobs``: :func:`measured_jobs` of ``root`` where the caller has read them already.
+    ``skipped``. ``jobs`` and ``failed``: :func:`measured_jobs` and :func:`log_failures` of ``root`` where the caller
+    has read them already.
     Returns {file: {"jobs": n, "failures": n}}."""
     from harness.meta import git_commit, hardware
 
@@ -149,9 +151,10 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
         measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(*key)] = line
     # the failures ran where the measured jobs did (a GPU node's folder recorded back on a CPU box), or here
     here = next(iter(machines.values())) if len(machines) == 1 else this
-    failed = {log: {"failure": why, "log": log, "hardware": here, "git_commit": git_commit(),
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")} for log, why in log_failures(root)}
-    if failed:
+    failed_lines = {log: {"failure": why, "log": log, "hardware": here, "git_commit": git_commit(),
+                          "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                    for log, why in (log_failures(root) if failed is None else failed)}
+    if failed_lines:
         measured.setdefault(slug(here), {})
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -161,7 +164,7 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
         old = {_key(r): r for r in _lines(path)}
         old.update(lines)
         if name == slug(here):
-            old.update({k: v for k, v in failed.items() if k not in lines})
+            old.update({k: v for k, v in failed_lines.items() if k not in lines})
         rows = [old[k] for k in sorted(old)]
         path.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         written[str(path)] = {"jobs": sum("failure" not in r for r in rows), "failures": sum("failure" in r for r in rows)}
