@@ -401,6 +401,7 @@ def test_paper_profile_dump_filters_and_builds_no_flat_reference():
     s = dp.settings(paper)
     assert set(dp.index_specs(s, gold_only=False)) == {"main", "opq"}
     assert s["filter"]["kept_fraction"] == 0.25 and s["filter"]["threshold"] is None
+    assert s["filter"]["dev_questions"] == 500                                       # not smoke's 30 (default.yaml)
     assert "flat" in dp.index_specs(dp.settings(load_config()), gold_only=False)   # smoke keeps its exact reference
 
 
