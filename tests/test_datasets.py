@@ -63,7 +63,8 @@ def test_beir_scifact_from_mirror(tmp_path, shared_data):
     assert meta["documents"] == 5183 and meta["queries"] == {"test": 300} and meta["judgments"] == 339
 
 
-def test_corrupted_mirror_file_is_a_clear_error(tmp_path, shared_data):
+def test_corrupted_mirror_file_is_a_clear_error(tmp_path, shared_data, monkeypatch):
+    monkeypatch.delenv("HARNESS_DATA_MIRROR", raising=False)   # the test's mirror, not the shell's
     bad = tmp_path / "mirror" / "squad"
     bad.mkdir(parents=True)
     (bad / "dev-v1.1.json").write_bytes((shared_data / "squad" / "dev-v1.1.json").read_bytes()[:1000])
