@@ -248,29 +248,27 @@ def test_deep_merge_scalar_replaces_dict_and_empty_over():
 
 def test_paper_profile_takes_no_smoke_value_from_default_yaml():
     """configs/default.yaml is the smoke profile; a method setting it sizes for smoke and the paper
-    profile leaves unset (or sets to {}, which merges) reaches the paper profile. Every such leaf must
-    be the schema's own default, and no ``variant_overrides`` entry may come from default.yaml: the
+    profile leaves unset (or sets to {}, which merges) reaches the paper profile. Every such leaf (every
+    section but the dataset cards) must be the schema's own default, and no ``variant_overrides`` entry
+    may come from default.yaml: the
     paper profile once trained SVDR's App. C ablations and LightRetriever's seven LLM variants on 64
     questions for 1 epoch, DensePhrases with smoke's warm-up and a coarse quantizer on 50 %, because
     ``variant_overrides: {}`` kept default.yaml's entries."""
     from harness.config import load_schema
 
-    default = read_yaml(REPO / "configs" / "default.yaml")["methods"]
-    paper = read_yaml(REPO / "configs" / "profiles" / "paper.yaml")["methods"]
-    schema = load_schema("config")["properties"]["methods"]["properties"]
-    found = []
+    default = read_yaml(REPO / "configs" / "default.yaml")
+    paper = read_yaml(REPO / "configs" / "profiles" / "paper.yaml")
+    found: list[str] = []
 
     def walk(d, p, sch, path):
         for k, v in d.items():
             sub = (sch.get("properties") or {}).get(k, {}) if isinstance(sch, dict) else {}
-            if k == "variants":
-                continue                       # the variants' names: structure, not a size
+            if k == "variants" or path == [] and k == "datasets":
+                continue                       # the variants' names and the dataset cards: structure, not sizes
             if isinstance(v, dict) and isinstance(p.get(k), dict):
                 walk(v, p[k], sub, path + [k])
             elif k not in p and ("variant_overrides" in path or ("default" in sub and sub["default"] != v)):
-                found.append(f"methods.{'.'.join(path + [k])}: {v!r} (schema default {sub.get('default', '-')!r})")
+                found.append(f"{'.'.join(path + [k])}: {v!r} (schema default {sub.get('default', '-')!r})")
 
-    for m, sec in default.items():
-        if m in paper:
-            walk(sec, paper[m] or {}, schema.get(m, {}), [m])
+    walk(default, paper, load_schema("config"), [])
     assert not found, "paper profile inherits smoke values from configs/default.yaml:\n" + "\n".join(found)
