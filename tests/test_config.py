@@ -250,10 +250,9 @@ def test_paper_profile_takes_no_smoke_value_from_default_yaml():
     """configs/default.yaml is the smoke profile; a method setting it sizes for smoke and the paper
     profile leaves unset (or sets to {}, which merges) reaches the paper profile. Every such leaf (every
     section but the dataset cards) must be the schema's own default, and no ``variant_overrides`` entry
-    may come from default.yaml: the
-    paper profile once trained SVDR's App. C ablations and LightRetriever's seven LLM variants on 64
-    questions for 1 epoch, DensePhrases with smoke's warm-up and a coarse quantizer on 50 %, because
-    ``variant_overrides: {}`` kept default.yaml's entries."""
+    may come from default.yaml: the paper profile once trained SVDR's App. C ablations and
+    LightRetriever's seven LLM variants on 64 questions for 1 epoch, DensePhrases with smoke's warm-up
+    and a coarse quantizer on 50 %, because ``variant_overrides: {}`` kept default.yaml's entries."""
     from harness.config import load_schema
 
     default = read_yaml(REPO / "configs" / "default.yaml")
