@@ -173,6 +173,9 @@ PAPERS_OWN = {
                             "DensePhrases Table A.1: DPR's indexing 17 h on 8 x 32 GB GPUs, 76 GB",
     ("index", "bpr", "nq"): "BPR Table 1: BPR's index of the 21M passages (linear scan), 2.0 GB",
     ("index", "bpr.hash", "nq"): "BPR Table 1: BPR's hash-table index, 2.2 GB",
+    ("index", "dpr.hnsw", "nq"): "BPR Table 1: DPR + HNSW's index of the 21M passages, 151 GB",
+    ("index", "dpr.lsh", "nq"): "BPR Table 1: DPR + Simple LSH's index, 2.0 GB",
+    ("index", "dpr.pq", "nq"): "BPR Table 1: DPR + PQ's index, 2.0 GB",
     ("index", "bm25", "nq"): "SVDR Table 3: BM25's index of the 21M passages, 2.3 GB",
     ("index", "densephrases", "nq"): "DensePhrases Table A.1: the phrase index of English Wikipedia, 20 h on "
                                      "4 x 24 GB GPUs, 320 GB",

@@ -641,3 +641,32 @@ def test_an_index_built_with_a_lowered_nlist_is_projected_as_a_lower_bound(tmp_p
     assert rows["densephrases"]["bound"] == "lower" and "fewer lists than the profile's" in rows["densephrases"]["how"]
     assert "bound" not in rows["dpr"]
     assert estimate.totals(list(rows.values()), 8)["lower_bounds"] == 1
+
+
+def test_the_papers_own_figures_name_planned_jobs_and_quote_published_sizes():
+    """Each of the estimate's "the paper's own" texts sits beside a job the paper profile plans (a key
+    that no job has would never print), and every size it quotes ("64.6 GB") is one of that paper's
+    published values in GB (configs/published), so a figure in the column cannot drift from the data."""
+    import re
+
+    from harness import estimate, plan
+    from harness.config import load_config
+    from harness.published import load_published
+
+    runs = plan.get(load_config(["configs/profiles/paper.yaml"])).closure()  # every job the DAG runs
+    missing = [k for k in estimate.PAPERS_OWN if (k[0], k[1], k[2] or None) not in runs]
+    assert not missing, missing
+    papers = {"BPR": "bpr", "SVDR": "svdr", "DensePhrases": "densephrases", "LightRetriever": "lightretriever",
+              "QCR": "qcr"}
+    sizes = {p: {float(r["value"]) for r in load_published(p)["records"] if r.get("unit") == "GB" and r["value"] is not None}
+             for p in papers.values()}
+    quoted = 0
+    for key, text in estimate.PAPERS_OWN.items():
+        paper = None
+        for part in text.split("; "):
+            named = [w for w in re.findall(r"[A-Za-z]+", part) if w in papers]
+            paper = papers[named[0]] if named else paper  # a part without a paper's name continues the last
+            for gb in re.findall(r"(\d+(?:\.\d+)?) GB\b(?! GPU)", part):  # "8 x 32 GB GPUs" is hardware
+                quoted += 1
+                assert float(gb) in sizes[paper], (key, part, sorted(sizes[paper]))
+    assert quoted >= 8
