@@ -232,8 +232,26 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         if now is not None and d.get("config_hash") and d["config_hash"] != now:
             row["stale"] = (f"measured with other settings than today's rehearsal (config hash {str(d['config_hash'])[:10]}, "
                             f"now {now[:10]}: the job's or an input's settings changed since)")
+        row["booked_gib"] = round(job.mem_mb / 1024, 2)  # what the workflow's resources book (mem_mb)
+        row["_inputs"] = [(ref.kind, ref.id, ref.dataset) for ref in job.inputs.values()]
         rows.append(row)
+    _index_held(rows)
     return rows
+
+
+def _index_held(rows: list[dict[str, Any]]) -> None:
+    """``index_gib`` of each index row (its projected index) and search row (the projected indexes it
+    loads, where their rows are measured): a faiss or token index is held in memory whole while it is
+    built and searched, so a job booked less memory than that is killed on a cluster that enforces
+    its booking (Lucene's index and the phrase dump are read from disk: there the figure is high)."""
+    built = {(r["job"], r["dataset"]): r.get("disk_gib") for r in rows if r["stage"] == "index"}
+    for r in rows:
+        inputs = r.pop("_inputs", [])
+        if r["stage"] == "index":
+            r["index_gib"] = r.get("disk_gib")
+        elif r["stage"] == "search":
+            sizes = [built.get((i, d or r["dataset"])) for kind, i, d in inputs if kind == "index"]
+            r["index_gib"] = sum(sizes) if sizes and None not in sizes else None
 
 
 def _rehearsal_hashes(keys: list[tuple[str, str, str | None]]) -> dict[tuple[str, str, str | None], str]:
@@ -270,7 +288,10 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     lower = [r for r in known if r.get("bound") == "lower"]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
-    return {"jobs": len(rows), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
+    short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), r["index_gib"],
+                     r["booked_gib"]) for r in rows if r.get("index_gib") is not None and r.get("booked_gib") is not None
+                    and r["index_gib"] > r["booked_gib"]), key=lambda x: -x[1])
+    return {"under_booked": short, "jobs": len(rows), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
             "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": len(on_cpu),
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
             "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
@@ -352,9 +373,19 @@ def schedule_lines(sc: Mapping[str, Any]) -> list[str]:
 
 def summary(t: Mapping[str, Any]) -> list[str]:
     """:func:`totals` as the lines ``python -m harness estimate`` prints and the report shows."""
-    peaks = f"peak host memory {t['host_peak_gib']:.1f} GiB" if t["host_peak_gib"] is not None else "no host peak"
+    peaks = (f"peak host memory {t['host_peak_gib']:.1f} GiB" if t["host_peak_gib"] is not None else "no host peak")
     if t["gpu_peak_gib"] is not None:
         peaks += f", peak GPU memory {t['gpu_peak_gib']:.1f} GiB"
+    peaks += " (as measured on the rehearsal's slices, not projected: an index grows with the corpus, below)"
+    short = t.get("under_booked") or []
+    booked = (f"memory booked below the projected index: {len(short)} job(s) build or load an index larger than the "
+              f"memory the workflow books them (mem_mb; a faiss or token index is held in memory whole, Lucene's index "
+              f"and the phrase dump are read from disk): "
+              + ", ".join(f"{name} {gib:,.1f} GiB > {b:,.1f} GiB booked" for name, gib, b in short[:8])
+              + (f", and {len(short) - 8} more" if len(short) > 8 else "")
+              + " (a folder's whole size: high where it holds a dump read from disk, as DensePhrases' does); on a "
+                "cluster that enforces its bookings book them at least their index: snakemake --set-resources "
+                "index:mem_mb=<MB> search:mem_mb=<MB>") if short else None
     return [f"jobs measured: {t['jobs']}; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
             + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "
                f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists)"
@@ -366,6 +397,7 @@ def summary(t: Mapping[str, Any]) -> list[str]:
               if t.get("gpu_jobs_on_cpu") else []),
             f"CPU jobs: {t['cpu_hours']:,.1f} hours of job time",
             peaks,
+            *([booked] if booked else []),
             f"disk: {t['disk_gib']:,.1f} GiB of artifacts ({t['disk_jobs']} jobs sized: indexes and runs scaled by "
             f"their documents and queries, models as measured)"]
 

@@ -670,3 +670,31 @@ def test_the_papers_own_figures_name_planned_jobs_and_quote_published_sizes():
                 quoted += 1
                 assert float(gb) in sizes[paper], (key, part, sorted(sizes[paper]))
     assert quoted >= 8
+
+
+def test_the_estimate_names_jobs_booked_less_memory_than_their_projected_index(tmp_path):
+    """An index measured on 500 documents at 3,072 bytes each (DPR's float32 vectors) projects to
+    ~60 GiB at the profile's 21M passages; the workflow books its job 8,000 MB, and the search that
+    loads it too: both are named with their figures; a small index (BM25's) is not."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    for stage, folder, units, size in (("index", "indexes/dpr/nq", {"documents": 500}, 500 * 3072),
+                                       ("index", "indexes/bm25/nq", {"documents": 500}, 500 * 100),
+                                       ("search", "runs/nq/dpr", {"queries": 32}, 10_000)):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "meta.json").write_text(json.dumps(
+            {"kind": "index" if stage == "index" else "run", "job": folder.split("/")[-1 if stage == "search" else 1],
+             "dataset": "nq", "bytes": size, "cost": cost.record(stage, units, 10.0)}))
+    rows = {(r["stage"], r["job"]): r for r in estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)}
+    dpr_gib = 500 * 3072 * estimate._documents(load_config(["configs/profiles/paper.yaml"]), "nq") / 500 / 2**30
+    assert abs(rows["index", "dpr"]["index_gib"] - dpr_gib) < 0.01 and 55 < dpr_gib < 65
+    assert rows["search", "dpr"]["index_gib"] == rows["index", "dpr"]["index_gib"]
+    assert rows["index", "dpr"]["booked_gib"] == round(8000 / 1024, 2)
+    t = estimate.totals(list(rows.values()), 8)
+    assert [name for name, _, _ in t["under_booked"]] == ["index dpr on nq", "search dpr on nq"]
+    [line] = [x for x in estimate.summary(t) if x.startswith("memory booked below")]
+    assert f"index dpr on nq {dpr_gib:,.1f} GiB > 7.8 GiB booked" in line and "bm25" not in line

@@ -534,7 +534,7 @@ class Site:
                         f"({esc(ledger.LEDGER_DIR)}). Run it, then rebuild the report:</p><pre>{esc(cmd)}</pre>")
             return page("Cost estimate", body, 0)
         body.append("<table class='estimate'><tr><th>stage</th><th>job</th><th>dataset</th><th>measured s</th>"
-                    "<th>counted as</th><th>projected hours</th><th>peak host GiB</th><th>peak GPU GiB</th>"
+                    "<th>counted as</th><th>projected hours</th><th>peak host GiB (measured on the slice)</th><th>peak GPU GiB</th>"
                     "<th>projected disk GiB</th><th>measured on</th><th>fallbacks</th><th>the paper's own figure</th>"
                     "<th>source</th></tr>")
         for r in rows:
