@@ -213,30 +213,55 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
             job = p.job(stage, job_id, dataset)
         except ConfigError:
             continue
-        now = hashes.get((stage, job_id, dataset))
-        d = ledger.pick(cands, bool(job.gpu), now)
-        row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"))
-        hw = d.get("hardware") or {}
-        if row["hardware"] == "cpu" and hw.get("cpu"):
-            row["hardware"] = f"{hw['cpu']} ({hw['simd'] + ', ' if hw.get('simd') else ''}{hw.get('cpus', '?')} cores)"
-        if stage == "search":
-            _bound_search(cfg, job, row, d.get("documents_searched"))
-        row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
-        row["fallbacks"] = "; ".join(d.get("fallbacks", []))
-        if any(": nlist " in f for f in d.get("fallbacks", [])):  # harness.indexes.phrase: a slice too small for its IVF
-            row["how"] += " (its IVF trained fewer lists than the profile's, whose k-means is not timed: a lower bound)"
-            row["bound"] = "lower"
-        _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
-        row["bytes"] = d.get("bytes")
-        row["source"] = d["_source"]
-        if now is not None and d.get("config_hash") and d["config_hash"] != now:
-            row["stale"] = (f"measured with other settings than today's rehearsal (config hash {str(d['config_hash'])[:10]}, "
-                            f"now {now[:10]}: the job's or an input's settings changed since)")
-        row["booked_gib"] = round(job.mem_mb / 1024, 2)  # what the workflow's resources book (mem_mb)
-        row["_inputs"] = [(ref.kind, ref.id, ref.dataset) for ref in job.inputs.values()]
+        rows.append(_row(cfg, job, cands, hashes.get((stage, job_id, dataset))))
+    # an index or search job measured on one dataset only: its per-1,000-document (per-query) cost
+    # projects the same job on the profile's other datasets, said in the row (another corpus: its
+    # passages' lengths differ, and the encoders pad to the batch's longest)
+    on: dict[tuple[str, str], list[str]] = {}
+    for stage, job_id, dataset in found:
+        if stage in ("index", "search") and dataset:
+            on.setdefault((stage, job_id), []).append(dataset)
+    for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
+        stage, job_id, dataset = key
+        if key in found or not dataset or (stage, job_id) not in on:
+            continue
+        src = sorted(on[stage, job_id], key=lambda d: (d != "nq", d))[0]
+        row = _row(cfg, job, found[stage, job_id, src], hashes.get((stage, job_id, src)))
+        row["how"] += f" (per-unit cost measured on {src}: another corpus)"
+        row["measured_on_dataset"] = src
         rows.append(row)
     _index_held(rows)
     return rows
+
+
+def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str | None) -> dict[str, Any]:
+    """The projected row of ``job`` from the record :func:`harness.ledger.pick` chooses of ``cands``
+    (``now``: today's rehearsal config hash of the job measured, to say where it is stale)."""
+    from harness import ledger
+    from harness.workflow import booked_mem_mb
+
+    stage = job.stage
+    d = ledger.pick(cands, bool(job.gpu), now)
+    row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"))
+    hw = d.get("hardware") or {}
+    if row["hardware"] == "cpu" and hw.get("cpu"):
+        row["hardware"] = f"{hw['cpu']} ({hw['simd'] + ', ' if hw.get('simd') else ''}{hw.get('cpus', '?')} cores)"
+    if stage == "search":
+        _bound_search(cfg, job, row, d.get("documents_searched"))
+    row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
+    row["fallbacks"] = "; ".join(d.get("fallbacks", []))
+    if any(": nlist " in f for f in d.get("fallbacks", [])):  # harness.indexes.phrase: a slice too small for its IVF
+        row["how"] += " (its IVF trained fewer lists than the profile's, whose k-means is not timed: a lower bound)"
+        row["bound"] = "lower"
+    _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
+    row["bytes"] = d.get("bytes")
+    row["source"] = d["_source"]
+    if now is not None and d.get("config_hash") and d["config_hash"] != now:
+        row["stale"] = (f"measured with other settings than today's rehearsal (config hash {str(d['config_hash'])[:10]}, "
+                        f"now {now[:10]}: the job's or an input's settings changed since)")
+    row["booked_gib"] = round(booked_mem_mb(cfg, job) / 1024, 2)  # what the workflow's resources book
+    row["_inputs"] = [(ref.kind, ref.id, ref.dataset) for ref in job.inputs.values()]
+    return row
 
 
 def _index_held(rows: list[dict[str, Any]]) -> None:
@@ -291,7 +316,7 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), r["index_gib"],
                      r["booked_gib"]) for r in rows if r.get("index_gib") is not None and r.get("booked_gib") is not None
                     and r["index_gib"] > r["booked_gib"]), key=lambda x: -x[1])
-    return {"under_booked": short, "jobs": len(rows), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
+    return {"under_booked": short, "jobs": len(rows), "borrowed": sum(1 for r in rows if r.get("measured_on_dataset")), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
             "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": len(on_cpu),
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
             "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
@@ -384,9 +409,13 @@ def summary(t: Mapping[str, Any]) -> list[str]:
               + ", ".join(f"{name} {gib:,.1f} GiB > {b:,.1f} GiB booked" for name, gib, b in short[:8])
               + (f", and {len(short) - 8} more" if len(short) > 8 else "")
               + " (a folder's whole size: high where it holds a dump read from disk, as DensePhrases' does); on a "
-                "cluster that enforces its bookings book them at least their index: snakemake --set-resources "
-                "index:mem_mb=<MB> search:mem_mb=<MB>") if short else None
-    return [f"jobs measured: {t['jobs']}; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
+                "cluster that enforces its bookings book them at least their index: the profile's scheduler.mem_mb "
+                "('<stage> <job id>': MB)") if short else None
+    borrowed = t.get("borrowed", 0)
+    return [f"jobs measured: {t['jobs'] - borrowed}"
+            + (f" (and {borrowed} index and search jobs projected from the same job measured on another dataset)"
+               if borrowed else "")
+            + f"; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
             + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "
                f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists)"
                if t["lower_bounds"] else ""),

@@ -60,10 +60,17 @@ def resources(cfg: Mapping[str, Any], stage: str, wc: Any, what: str) -> int:
     if what == "gpu":
         return int(job.gpu and stage != "evaluate")
     if what == "mem_mb":
-        return 4000 if stage == "evaluate" else job.mem_mb
+        return 4000 if stage == "evaluate" else booked_mem_mb(cfg, job)
     if what == "runtime":
         return 60 if stage == "evaluate" else (2880 if stage == "train" and job.gpu else 720)
     raise KeyError(what)
+
+
+def booked_mem_mb(cfg: Mapping[str, Any], job: hplan.Job) -> int:
+    """The memory (MB) a job books: the profile's ``scheduler.mem_mb`` entry for it (``"<stage> <job
+    id>"``, on every dataset: what an index it builds or loads holds at the profile's scale, from the
+    cost estimate) or what its method declared (``Job.mem_mb``)."""
+    return int(((cfg.get("scheduler") or {}).get("mem_mb") or {}).get(f"{job.stage} {job.id}", job.mem_mb))
 
 
 def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tuple[str, str]]]:

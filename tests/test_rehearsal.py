@@ -698,3 +698,26 @@ def test_the_estimate_names_jobs_booked_less_memory_than_their_projected_index(t
     assert [name for name, _, _ in t["under_booked"]] == ["index dpr on nq", "search dpr on nq"]
     [line] = [x for x in estimate.summary(t) if x.startswith("memory booked below")]
     assert f"index dpr on nq {dpr_gib:,.1f} GiB > 7.8 GiB booked" in line and "bm25" not in line
+
+
+def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_holds(tmp_path):
+    """scheduler.mem_mb books a job more memory than its method declares (harness.workflow.resources,
+    read by the estimate too); the paper profile books every index and search job the committed
+    ledger projects at least its index (the phrase index's folder also holds the memory-mapped dump,
+    so its figure is high: booked for the index alone, 320 GB); a key naming no job is a clear error."""
+    from types import SimpleNamespace
+
+    from harness import estimate, ledger, plan
+    from harness import workflow as hwf
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    mem = lambda stage, **wc: hwf.resources(paper, stage, SimpleNamespace(**wc), "mem_mb")  # noqa: E731
+    assert mem("index", job="dpr", dataset="nq") == paper["scheduler"]["mem_mb"]["index dpr"] == 75000
+    assert mem("index", job="bm25", dataset="nq") == plan.get(paper).job("index", "bm25", "nq").mem_mb
+    assert mem("evaluate", job="dpr", dataset="nq") == 4000
+    short = estimate.totals(estimate.estimate(paper, tmp_path / "none", ledger.read()), 8)["under_booked"]
+    assert not [s for s in short if "densephrases" not in s[0]], short
+    bad = {**paper, "scheduler": {**paper["scheduler"], "mem_mb": {"index dpx": 1000}}}
+    with pytest.raises(ConfigError, match=r"scheduler.mem_mb: 'index dpx' names no job.*did you mean 'index dpr'"):
+        plan.Plan(bad, plan.get(paper).jobs.values()).check()
