@@ -186,11 +186,14 @@ PAPERS_OWN = {
 }
 
 
-def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str, Any]] = (),
+             other_datasets: bool = True) -> list[dict[str, Any]]:
     """A projected row per job of the plan of ``cfg`` (same stage, id, dataset) measured under ``root``
     (this machine's rehearsal) or in ``ledger_records`` (:func:`harness.ledger.read`): one record per
     job, chosen by :func:`harness.ledger.pick`; each row names its ``source`` and says where the
-    job's settings changed since it was measured (``stale``)."""
+    job's settings changed since it was measured (``stale``). ``other_datasets``: also a row for each
+    index and search job the DAG runs on a dataset where it was not measured, from the same job
+    measured on another (``measured_on_dataset``)."""
     from pathlib import Path
 
     from harness import ledger, plan
@@ -223,7 +226,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
             on.setdefault((stage, job_id), []).append(dataset)
     for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
         stage, job_id, dataset = key
-        if key in found or not dataset or (stage, job_id) not in on:
+        if not other_datasets or key in found or not dataset or (stage, job_id) not in on:
             continue
         src = sorted(on[stage, job_id], key=lambda d: (d != "nq", d))[0]
         row = _row(cfg, job, found[stage, job_id, src], hashes.get((stage, job_id, src)))
@@ -511,8 +514,9 @@ def main(argv: list[str]) -> int:
                "gpu_peak_gib", "disk_gib", "hardware", "papers_own"]]
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
         print(show.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
-    print("\nmeasured where: " + "; ".join(f"{n} job(s) from {s}" for s, n in df["source"].value_counts().sort_index().items()))
-    stale = df[df["stale"].notna()] if "stale" in df else df.iloc[:0]
+    own = df[df["measured_on_dataset"].isna()] if "measured_on_dataset" in df else df  # not the other datasets' rows
+    print("\nmeasured where: " + "; ".join(f"{n} job(s) from {s}" for s, n in own["source"].value_counts().sort_index().items()))
+    stale = own[own["stale"].notna()] if "stale" in own else own.iloc[:0]
     if len(stale):
         print(f"{len(stale)} job(s) measured with other settings than today's rehearsal (rerun and --record them): "
               + ", ".join(f"{r.stage} {r.job}" + (f" on {r.dataset}" if r.dataset else "") for r in stale.itertuples()))

@@ -170,7 +170,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     }.items():
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "meta.json").write_text(json.dumps(meta))
-    every = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    every = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False)
     rows = {r["stage"]: r for r in every if r["job"] == "dpr"}
     assert rows["train"]["seconds"] == 15.0 * 40 * 460 and rows["train"]["kind"] == "projected"
     assert "(measured in GradCache sub-batches of 32, the profile trains in one graph" in rows["train"]["how"]
@@ -220,8 +220,11 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert estimate.main(["--config", "configs/profiles/paper.yaml", "--measured", str(tmp_path), "--no-ledger"]) == 0
     out = capsys.readouterr().out
     assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed or did not finish" in out
-    assert "1 jobs (0.1 h) are lower bounds" in out
-    assert "GPU-hours; on 8 GPUs at best" in out and "CPU jobs: 1.0 hours of job time" in out and "GiB of artifacts" in out
+    # DPR's index and search and BM25's search, measured on NQ, project those jobs on the profile's other
+    # datasets too (23 rows), and their searches are lower bounds as NQ's is
+    assert "jobs measured: 4 (and 23 index and search jobs projected from the same job measured on another dataset)" in out
+    assert "8 jobs (0.3 h) are lower bounds" in out
+    assert "GPU-hours; on 8 GPUs at best" in out and "CPU jobs: 4.9 hours of job time" in out and "GiB of artifacts" in out
     # the issue's own command line spells the option as Snakemake does
     assert estimate.main(["--configfile", "configs/profiles/paper.yaml", "--measured", str(tmp_path), "--no-ledger"]) == 0
     assert capsys.readouterr().out == out
@@ -689,8 +692,10 @@ def test_the_estimate_names_jobs_booked_less_memory_than_their_projected_index(t
         (tmp_path / folder / "meta.json").write_text(json.dumps(
             {"kind": "index" if stage == "index" else "run", "job": folder.split("/")[-1 if stage == "search" else 1],
              "dataset": "nq", "bytes": size, "cost": cost.record(stage, units, 10.0)}))
-    rows = {(r["stage"], r["job"]): r for r in estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)}
-    dpr_gib = 500 * 3072 * estimate._documents(load_config(["configs/profiles/paper.yaml"]), "nq") / 500 / 2**30
+    paper = load_config(["configs/profiles/paper.yaml"])
+    paper = {**paper, "scheduler": {k: v for k, v in paper["scheduler"].items() if k != "mem_mb"}}  # the methods' own
+    rows = {(r["stage"], r["job"]): r for r in estimate.estimate(paper, tmp_path, other_datasets=False)}
+    dpr_gib = 500 * 3072 * estimate._documents(paper, "nq") / 500 / 2**30
     assert abs(rows["index", "dpr"]["index_gib"] - dpr_gib) < 0.01 and 55 < dpr_gib < 65
     assert rows["search", "dpr"]["index_gib"] == rows["index", "dpr"]["index_gib"]
     assert rows["index", "dpr"]["booked_gib"] == round(8000 / 1024, 2)
