@@ -319,7 +319,8 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), r["index_gib"],
                      r["booked_gib"]) for r in rows if r.get("index_gib") is not None and r.get("booked_gib") is not None
                     and r["index_gib"] > r["booked_gib"]), key=lambda x: -x[1])
-    return {"under_booked": short, "jobs": len(rows), "borrowed": sum(1 for r in rows if r.get("measured_on_dataset")), "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
+    return {"jobs": len(rows), "borrowed": sum(1 for r in rows if r.get("measured_on_dataset")), "under_booked": short,
+            "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
             "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": len(on_cpu),
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
             "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
@@ -401,7 +402,7 @@ def schedule_lines(sc: Mapping[str, Any]) -> list[str]:
 
 def summary(t: Mapping[str, Any]) -> list[str]:
     """:func:`totals` as the lines ``python -m harness estimate`` prints and the report shows."""
-    peaks = (f"peak host memory {t['host_peak_gib']:.1f} GiB" if t["host_peak_gib"] is not None else "no host peak")
+    peaks = f"peak host memory {t['host_peak_gib']:.1f} GiB" if t["host_peak_gib"] is not None else "no host peak"
     if t["gpu_peak_gib"] is not None:
         peaks += f", peak GPU memory {t['gpu_peak_gib']:.1f} GiB"
     peaks += " (as measured on the rehearsal's slices, not projected: an index grows with the corpus, below)"
