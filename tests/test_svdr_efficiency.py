@@ -84,3 +84,55 @@ def test_synthetic_rows(model, tmp_path):
     assert a16["values"]["storage_bytes"]["value"] > 0 and a16["passages"] == 3000
     bs8 = _load(tmp_path / "svdr.synth-bs8.json")["values"]
     assert bs8["latency_per_query"]["value"] == pytest.approx(bs8["latency_per_batch"]["value"] / 8)
+
+
+def test_synthetic_postings_fill_one_buffer_with_the_draws_of_lists_and_concatenation():
+    """synthetic_postings writes each token's draw into one buffer (a list of arrays and their
+    concatenation held every posting twice): the same postings, for the same seed, as that list built
+    here, a token present in every passage (p >= 1) included."""
+    import numpy as np
+
+    from harness.methods.vdr.synthetic import synthetic_postings, zipf_df
+
+    n, vocab, tokens, a = 5000, 300, 60.0, 0.8
+    indptr, ids, p = synthetic_postings(n, vocab, tokens, a, np.random.default_rng(7))
+    rng = np.random.default_rng(7)
+    ref = np.empty(vocab)
+    ref[rng.permutation(vocab)] = zipf_df(vocab, tokens, a)
+    lists = []
+    for t in range(vocab):
+        if ref[t] >= 1.0:
+            lists.append(np.arange(n, dtype=np.int32))
+            continue
+        m = int(n * ref[t] + 6 * np.sqrt(n * ref[t]) + 16)
+        pos = np.cumsum(rng.geometric(ref[t], m)) - 1
+        while pos[-1] < n:
+            pos = np.concatenate([pos, pos[-1] + np.cumsum(rng.geometric(ref[t], m))])
+        lists.append(pos[pos < n].astype(np.int32))
+    assert (ref >= 1.0).any()  # the case of a token in every passage is exercised
+    np.testing.assert_array_equal(p, ref)
+    np.testing.assert_array_equal(ids, np.concatenate(lists))
+    np.testing.assert_array_equal(np.diff(indptr), [x.size for x in lists])
+    assert ids.dtype == np.int32 and indptr[-1] == ids.size
+
+
+def test_the_synthetic_index_refuses_a_size_beyond_the_machines_memory_naming_what_it_needs(monkeypatch):
+    """The paper profile's Table 5 job (10M passages, densities up to 1,024) needs ~62 GiB: on a
+    machine with less it fails before drawing anything, naming the GiB; the paper profile books it."""
+    import importlib
+
+    import harness.cost
+    from harness.config import load_config
+    from harness.errors import ResourceError
+
+    syn = importlib.import_module("harness.methods.vdr.synthetic")  # the package's `synthetic` is the step
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    s = {**syn.synthetic_defaults(), **paper["methods"]["svdr"]["synthetic"]}
+    need = syn.synthetic_bytes(int(s["passages"]), sorted(set(s["densities"]) | {s["base_density"]}), int(s["base_density"]))
+    assert need == 10_000_000 * 1024 * 6 + 10_000_000 * 256 * 2
+    assert paper["scheduler"]["mem_mb"]["measure svdr.synthetic"] * 2**20 > need * 1.2
+    monkeypatch.setattr(harness.cost, "mem_available", lambda: 24 * 2**30)
+    with pytest.raises(ResourceError, match=r"10,000,000 passages at density 1,024 need about 62\.0 GiB.*24\.0 GiB available"):
+        syn._check_memory(int(s["passages"]), [256, 512, 1024], 256)
+    syn._check_memory(3000, [16, 32], 16)  # a small one passes

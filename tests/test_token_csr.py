@@ -451,3 +451,22 @@ def test_bench_scale_generator_is_bernoulli() -> None:
             assert np.all(np.diff(seg.astype(np.int64)) > 0)
     with pytest.raises(ConfigError):
         beta_search.main(["--k", "0"])
+
+
+def test_from_postings_checks_the_order_in_chunks_across_their_edges(monkeypatch) -> None:
+    """The order check runs in chunks of _CHECK_CHUNK neighbours (it held 17 bytes a posting at once):
+    with chunks of 2, a descent that straddles a chunk's edge is still refused, and a token boundary
+    at a chunk's edge (where ids may fall) is still allowed; the index is the one built in one piece."""
+    import harness.indexes.token_csr as tc
+
+    indptr, ids = np.array([0, 3, 5, 7]), np.array([0, 2, 3, 1, 2, 0, 3])  # tokens start at 3 and 5
+    whole = BinaryTokenIndex.from_postings(indptr, ids, 4, 3)
+    for size in (1, 2, 3, 4):
+        monkeypatch.setattr(tc, "_CHECK_CHUNK", size)
+        small = BinaryTokenIndex.from_postings(indptr, ids, 4, 3)
+        np.testing.assert_array_equal(small.postings, whole.postings)
+        np.testing.assert_array_equal(small.indptr, whole.indptr)
+        with pytest.raises(ConfigError, match="sorted and distinct"):  # token 0's 2, 1 descend (positions 1-2)
+            BinaryTokenIndex.from_postings(indptr, np.array([0, 2, 1, 1, 2, 0, 3]), 4, 3)
+        with pytest.raises(ConfigError, match="sorted and distinct"):  # token 2's 3, 3 repeat (positions 5-6)
+            BinaryTokenIndex.from_postings(indptr, np.array([0, 2, 3, 1, 2, 3, 3]), 4, 3)

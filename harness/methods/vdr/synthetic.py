@@ -35,20 +35,28 @@ def synthetic_postings(
     """Token-major postings (indptr, sorted int32 doc ids) and each token id's df probability."""
     p = np.empty(vocab)
     p[rng.permutation(vocab)] = zipf_df(vocab, doc_tokens, a)
-    lists = []
-    for t in range(vocab):
-        pt = p[t]
-        if pt >= 1.0:
-            lists.append(np.arange(n_docs, dtype=np.int32))
-            continue
-        m = int(n_docs * pt + 6 * np.sqrt(n_docs * pt) + 16)
-        pos = np.cumsum(rng.geometric(pt, m)) - 1  # Bernoulli(pt) sample via geometric gaps
-        while pos[-1] < n_docs:
-            pos = np.concatenate([pos, pos[-1] + np.cumsum(rng.geometric(pt, m))])
-        lists.append(pos[pos < n_docs].astype(np.int32))
+    # one buffer of about the postings' size (a token's draw is its mean + 6 sigma), filled in place: a
+    # list of arrays and their concatenation held every posting twice (8 bytes each; 80 GB at the paper
+    # profile's 10M passages x 1,024 tokens)
+    draws = [n_docs if p[t] >= 1.0 else int(n_docs * p[t] + 6 * np.sqrt(n_docs * p[t]) + 16) for t in range(vocab)]
+    ids = np.empty(sum(min(m, n_docs) for m in draws), np.int32)
     indptr = np.zeros(vocab + 1, np.int64)
-    np.cumsum([x.size for x in lists], out=indptr[1:])
-    return indptr, np.concatenate(lists), p
+    at = 0
+    for t in range(vocab):
+        pt, m = p[t], draws[t]
+        if pt >= 1.0:
+            got = np.arange(n_docs, dtype=np.int32)
+        else:
+            pos = np.cumsum(rng.geometric(pt, m)) - 1  # Bernoulli(pt) sample via geometric gaps
+            while pos[-1] < n_docs:
+                pos = np.concatenate([pos, pos[-1] + np.cumsum(rng.geometric(pt, m))])
+            got = pos[pos < n_docs]
+        if at + got.size > ids.size:  # past its 6 sigma (rare): grow
+            ids = np.concatenate([ids, np.empty(max(got.size, ids.size // 8), np.int32)])
+        ids[at:at + got.size] = got
+        at += got.size
+        indptr[t + 1] = at
+    return indptr, ids[:at], p
 
 
 def synthetic_queries(
@@ -64,6 +72,27 @@ def synthetic_queries(
     return q
 
 
+def synthetic_bytes(n: int, densities: list[int], base_density: int) -> int:
+    """Host memory the Table 5 job needs at its largest density: the postings as drawn (int32) and the
+    index built from them (uint16 block-local ids), 6 bytes a posting, beside the base density's index
+    kept for the batch-size rows (2 bytes a posting); measured 6.9 bytes a posting at 300,000 passages
+    x 1,024 tokens, with the fixed working memory of the build."""
+    return max(n * a * 6 + (n * base_density * 2 if a != base_density else 0) for a in densities)
+
+
+def _check_memory(n: int, densities: list[int], base_density: int) -> None:
+    from harness.cost import mem_available
+    from harness.errors import ResourceError
+
+    need, avail = synthetic_bytes(n, densities, base_density), mem_available()
+    if avail is not None and need > avail:
+        raise ResourceError(f"svdr.synthetic (Table 5): {n:,} passages at density {max(densities):,} need about "
+                            f"{need / 2**30:.1f} GiB (6 bytes a posting while the index is built, the base density's "
+                            f"index kept), this machine has {avail / 2**30:.1f} GiB available",
+                            fix="run it where there is more memory (the paper profile books it in scheduler.mem_mb), "
+                                "or lower methods.svdr.synthetic.passages")
+
+
 def synthetic(ctx: Context, out_dir: Path) -> list[Path]:
     """Table 5 rows ``svdr.synth-a<a>`` (index density) and ``svdr.synth-bs<b>`` (query batch size)."""
     from harness.indexes.token_csr import BinaryTokenIndex
@@ -77,11 +106,12 @@ def synthetic(ctx: Context, out_dir: Path) -> list[Path]:
               "note": "synthetic index (no dataset): passages with a distinct tokens each, Zipf-like document "
                       "frequencies; latency of one batch of beta search (numba kernel, CPU), trimmed mean; "
                       "memory: index bytes in host memory"}
+    densities = sorted(set(syn["densities"]) | {syn["base_density"]})
+    _check_memory(n, densities, int(syn["base_density"]))
     out = []
     base = None
     tmp = Path(tempfile.mkdtemp(prefix="svdr-synth-"))
     try:
-        densities = sorted(set(syn["densities"]) | {syn["base_density"]})
         for a in densities:
             indptr, ids, p = synthetic_postings(n, vocab, float(a), float(syn["zipf_a"]), rng)
             index = BinaryTokenIndex.from_postings(indptr, ids, n, vocab)
