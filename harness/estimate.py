@@ -521,7 +521,8 @@ def main(argv: list[str]) -> int:
     if len(stale):
         print(f"{len(stale)} job(s) measured with other settings than today's rehearsal (rerun and --record them): "
               + ", ".join(f"{r.stage} {r.job}" + (f" on {r.dataset}" if r.dataset else "") for r in stale.itertuples()))
-    failed = list(dict.fromkeys(failures(root) + ledger.failures(records)))
+    here = failures(root)
+    failed = list(dict.fromkeys(here + ledger.failures(records, besides=here)))
     if failed:
         print(f"\n{len(failed)} job(s) of the rehearsal failed or did not finish (from their logs):")
         for log, line in failed:

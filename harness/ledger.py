@@ -211,9 +211,12 @@ def measurements(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [dict(r) for r in records if "failure" not in r]
 
 
-def failures(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """(log, cause) of the ledgers' failed jobs, each with the machine it failed on."""
-    return [(f"{r['log']} on {slug(r.get('hardware') or {})}", str(r["failure"])) for r in records if "failure" in r]
+def failures(records: Iterable[Mapping[str, Any]], besides: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """(log, cause) of the ledgers' failed jobs, each with the machine it failed on; one that ``besides``
+    (this machine's results folder's failures) already lists, the same log with the same cause, is left out."""
+    here = set(besides)
+    return [(f"{r['log']} on {slug(r.get('hardware') or {})}", str(r["failure"])) for r in records
+            if "failure" in r and (r["log"], str(r["failure"])) not in here]
 
 
 def pick(candidates: list[Mapping[str, Any]], gpu_job: bool, current_hash: str | None) -> Mapping[str, Any]:

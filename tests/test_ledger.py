@@ -82,6 +82,9 @@ def test_the_estimate_projects_from_the_ledger_alone_as_from_the_results_it_was_
     assert there[("search", "dpr")]["bound"] == "lower"  # its index's 500 documents came with the line
     assert ledger.failures(records) == [("logs/train/bpr.log on amd-epyc-avx2-2-cores-23.5gb",
                                          "error: train bpr: out of memory at this shape (it held 19.5 GiB)")]
+    # the same failure in this machine's results folder is listed once (there), another cause is kept
+    assert ledger.failures(records, besides=estimate.failures(tmp_path / "r")) == []
+    assert len(ledger.failures(records, besides=[("logs/train/bpr.log", "error: another cause")])) == 1
     # both: one row per job (this machine's, where equal)
     both = estimate.estimate(paper, tmp_path / "r", records)
     assert len(measured(both)) == 3 and all(r["source"].endswith("(this machine)") for r in both)
