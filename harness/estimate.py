@@ -233,7 +233,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         row["how"] += f" (per-unit cost measured on {src}: another corpus)"
         row["measured_on_dataset"] = src
         rows.append(row)
-    _index_held(rows)
+    _index_held(p, rows)
     return rows
 
 
@@ -263,22 +263,21 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
         row["stale"] = (f"measured with other settings than today's rehearsal (config hash {str(d['config_hash'])[:10]}, "
                         f"now {now[:10]}: the job's or an input's settings changed since)")
     row["booked_gib"] = round(booked_mem_mb(cfg, job) / 1024, 2)  # what the workflow's resources book
-    row["_inputs"] = [(ref.kind, ref.id, ref.dataset) for ref in job.inputs.values()]
     return row
 
 
-def _index_held(rows: list[dict[str, Any]]) -> None:
+def _index_held(p: Any, rows: list[dict[str, Any]]) -> None:
     """``index_gib`` of each index row (its projected index) and search row (the projected indexes it
     loads, where their rows are measured): a faiss or token index is held in memory whole while it is
     built and searched, so a job booked less memory than that is killed on a cluster that enforces
     its booking (Lucene's index and the phrase dump are read from disk: there the figure is high)."""
     built = {(r["job"], r["dataset"]): r.get("disk_gib") for r in rows if r["stage"] == "index"}
     for r in rows:
-        inputs = r.pop("_inputs", [])
         if r["stage"] == "index":
             r["index_gib"] = r.get("disk_gib")
         elif r["stage"] == "search":
-            sizes = [built.get((i, d or r["dataset"])) for kind, i, d in inputs if kind == "index"]
+            refs = p.job(r["stage"], r["job"], r["dataset"] or None).inputs.values()
+            sizes = [built.get((ref.id, ref.dataset or r["dataset"])) for ref in refs if ref.kind == "index"]
             r["index_gib"] = sum(sizes) if sizes and None not in sizes else None
 
 
@@ -521,8 +520,7 @@ def main(argv: list[str]) -> int:
     if len(stale):
         print(f"{len(stale)} job(s) measured with other settings than today's rehearsal (rerun and --record them): "
               + ", ".join(f"{r.stage} {r.job}" + (f" on {r.dataset}" if r.dataset else "") for r in stale.itertuples()))
-    here = failures(root)
-    failed = list(dict.fromkeys(here + ledger.failures(records, besides=here)))
+    failed = ledger.every_failure(root, records)
     if failed:
         print(f"\n{len(failed)} job(s) of the rehearsal failed or did not finish (from their logs):")
         for log, line in failed:

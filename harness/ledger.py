@@ -219,6 +219,13 @@ def failures(records: Iterable[Mapping[str, Any]], besides: Iterable[tuple[str, 
             if "failure" in r and (r["log"], str(r["failure"])) not in here]
 
 
+def every_failure(root: Any, records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The failed jobs of this machine's results folder ``root`` (:func:`log_failures`), then the
+    ledgers' (:func:`failures`) that it does not already list."""
+    here = log_failures(root)
+    return list(dict.fromkeys(here + failures(records, besides=here)))
+
+
 def pick(candidates: list[Mapping[str, Any]], gpu_job: bool, current_hash: str | None) -> Mapping[str, Any]:
     """The record to project a job from: measured on a GPU where the profile books one, then with
     today's rehearsal settings (``current_hash``), then the newest; a tie goes to the first (this

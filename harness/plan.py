@@ -136,10 +136,10 @@ class Plan:
                 raise ConfigError(f"config section {where} ({stage} job {job.id!r}): {exc}") from None
         for key in ((self.cfg.get("scheduler") or {}).get("mem_mb") or {}):  # bookings name jobs of this plan
             stage, _, job_id = str(key).partition(" ")
-            if stage not in [s.value for s in Stage] or not any(s == stage and i == job_id for s, i, _ in self.jobs):
+            if not any(s == stage and i == job_id for s, i, _ in self.jobs):
                 import difflib
 
-                known = [f"{s} {i}" for s, i, _ in self.jobs]
+                known = sorted({f"{s} {i}" for s, i, _ in self.jobs})
                 close = difflib.get_close_matches(str(key), known, n=1)
                 raise ConfigError(f"scheduler.mem_mb: {key!r} names no job of this plan (a key is '<stage> <job id>', "
                                   f"e.g. 'index dpr')" + (f"; did you mean {close[0]!r}?" if close else ""),

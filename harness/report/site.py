@@ -528,8 +528,7 @@ class Site:
         paper = load_config([estimate.PAPER_CONFIG])
         records = ledger.read(ledger.LEDGER_DIR)  # the costs measured elsewhere, committed (harness/ledger.py)
         rows = estimate.estimate(paper, root, records)
-        here = estimate.failures(root) if root.is_dir() else []
-        failed = list(dict.fromkeys(here + ledger.failures(records, besides=here)))
+        failed = ledger.every_failure(root, records)
         if not rows and not failed:
             body.append(f"<p>No rehearsal has run here ({esc(root)} has no finished job) and no ledger is committed "
                         f"({esc(ledger.LEDGER_DIR)}). Run it, then rebuild the report:</p><pre>{esc(cmd)}</pre>")
