@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.cost import UNITS
+from harness.job import INIT
 from harness.ledger import documents_searched, job_key, measured_jobs
 from harness.ledger import log_failures as failures
 
@@ -187,13 +188,15 @@ PAPERS_OWN = {
 
 
 def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str, Any]] = (),
-             other_datasets: bool = True) -> list[dict[str, Any]]:
+             other_datasets: bool = True, siblings: bool = True) -> list[dict[str, Any]]:
     """A projected row per job of the plan of ``cfg`` (same stage, id, dataset) measured under ``root``
     (this machine's rehearsal) or in ``ledger_records`` (:func:`harness.ledger.read`): one record per
     job, chosen by :func:`harness.ledger.pick`; each row names its ``source`` and says where the
     job's settings changed since it was measured (``stale``). ``other_datasets``: also a row for each
     index and search job the DAG runs on a dataset where it was not measured, from the same job
-    measured on another (``measured_on_dataset``)."""
+    measured on another (``measured_on_dataset``). ``siblings``: also a row for each variant or
+    ``@init`` job of a measured one that runs the same step on the same encoder shape
+    (:func:`sibling_of`; ``borrowed_from``)."""
     from pathlib import Path
 
     from harness import ledger, plan
@@ -233,8 +236,72 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         row["how"] += f" (per-unit cost measured on {src}: another corpus)"
         row["measured_on_dataset"] = src
         rows.append(row)
+    # a variant or @init job priced from the per-unit cost of the job it varies (its own units: epochs,
+    # documents, queries), where both run the same step on the same encoder shape (sibling_of)
+    priced = {(r["stage"], r["job"], r["dataset"] or None): r for r in rows}
+    for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
+        if not siblings or key in priced:
+            continue
+        base, differs = sibling_of(p, job)
+        if base is None:
+            continue
+        src = priced.get((job.stage, base, job.dataset))
+        if src is None or src.get("borrowed_from"):
+            continue
+        cands = found.get((job.stage, base, src.get("measured_on_dataset") or job.dataset))
+        if not cands:
+            continue
+        ds = src.get("measured_on_dataset") or job.dataset
+        row = _row(cfg, job, cands, hashes.get((job.stage, base, ds)))
+        row["how"] += (f" (per-unit cost of {job.stage} {base}" + (f" measured on {ds}" if src.get("measured_on_dataset") else "")
+                       + ": the same step on the same encoder shape, " + differs + ")")
+        row["borrowed_from"] = base
+        row.pop("stale", None)  # said of the job measured, in its own row
+        rows.append(row)
     _index_held(p, rows)
     return rows
+
+
+#: settings that change the work of one unit (a training step's texts and their lengths, the
+#: encoder's shape, which encoders run): a variant setting any of them is not priced from its reference
+SHAPE_SETTINGS = frozenset({
+    "backbone", "batch_size", "hard_negatives", "q_max_len", "p_max_len", "max_len", "grad_accum", "schedule",
+    "training_data", "train_dataset", "train_datasets", "dense_query", "dense_doc", "sparse_query", "sparse_doc",
+    "grad_cache_chunk", "codes", "index", "spec"})
+#: job parameters that name a variant (or the initial checkpoint) rather than change its step's work
+_NAMING_PARAMS = frozenset({"variant", "ablation", "init", "learning_twin_of"})
+
+
+def sibling_of(p: Any, job: Any) -> tuple[str | None, str]:
+    """(the id of the job ``job`` varies, how they differ) where a measured cost of that job prices
+    ``job``'s units too: ``job`` is a variant (``bpr.a0``, ``svdr.abl-m1``: the method's own job) or
+    an ``@init`` twin (``dpr@init``, ``svdr.emb@init``: the id without ``@init``) of the same stage
+    and dataset, running the same step over inputs of the same kinds with the same parameters (but
+    those naming it), and its variant settings touch none of :data:`SHAPE_SETTINGS`; (None, why not)
+    otherwise. QCR's grid models train at other batch sizes and codes: never a sibling."""
+    from harness.errors import ConfigError
+
+    base = job.id.replace(INIT, "") if INIT in job.id else job.method
+    if base == job.id:
+        return None, "not a variant"
+    try:
+        ref = p.job(job.stage, base, job.dataset)
+    except ConfigError:
+        return None, f"no {job.stage} job {base}"
+    if ref.step != job.step or {n: r.kind for n, r in ref.inputs.items()} != {n: r.kind for n, r in job.inputs.items()}:
+        return None, f"another step than {job.stage} {base}'s"
+    strip = lambda params: {k: v for k, v in params.items() if k not in _NAMING_PARAMS}  # noqa: E731
+    if strip(job.params) != strip(ref.params) or str(job.params.get("variant") or "").startswith("grid-"):
+        return None, f"other parameters than {job.stage} {base}'s"
+    mine = {k: v for k, v in p.values(job).items() if ".variants." in k and isinstance(v, Mapping)}
+    set_ = sorted({s for v in mine.values() for s in v})
+    if SHAPE_SETTINGS & set(set_):
+        return None, f"its variant sets {', '.join(sorted(SHAPE_SETTINGS & set(set_)))}"
+    if job.params.get("init"):
+        return base, "the initial checkpoint: one step"
+    if INIT in job.id:
+        return base, "random initial weights"
+    return base, ("its variant sets " + ", ".join(set_)) if set_ else f"the variant {job.params.get('variant') or job.params.get('ablation') or job.id}"
 
 
 def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str | None) -> dict[str, Any]:
@@ -313,17 +380,22 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     cpu_h = sum(r["seconds"] for r in known if not r.get("gpu_job")) / 3600
     sized = [r["disk_gib"] for r in rows if r.get("disk_gib") is not None]
     lower = [r for r in known if r.get("bound") == "lower"]
+    twins = [r for r in known if INIT in r["job"]]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
     short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), r["index_gib"],
                      r["booked_gib"]) for r in rows if r.get("index_gib") is not None and r.get("booked_gib") is not None
                     and r["index_gib"] > r["booked_gib"]), key=lambda x: -x[1])
-    return {"jobs": len(rows), "borrowed": sum(1 for r in rows if r.get("measured_on_dataset")), "under_booked": short,
+    return {"jobs": len(rows), "borrowed": sum(1 for r in rows if r.get("measured_on_dataset") and not r.get("borrowed_from")),
+            "siblings": sum(1 for r in rows if r.get("borrowed_from")), "under_booked": short,
             "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
             "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": len(on_cpu),
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
             "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
-            "lower_bounds": len(lower), "lower_bound_hours": sum(r["seconds"] for r in lower) / 3600}
+            "lower_bounds": len(lower), "lower_bound_hours": sum(r["seconds"] for r in lower) / 3600,
+            # the learning check's controls: each checked model's initial checkpoint, indexed and searched
+            "init_twins": len(twins), "init_twin_hours": sum(r["seconds"] for r in twins) / 3600,
+            "init_twin_disk_gib": sum(r["disk_gib"] or 0.0 for r in twins)}
 
 
 def schedule(cfg: Mapping[str, Any], rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
@@ -414,10 +486,11 @@ def summary(t: Mapping[str, Any]) -> list[str]:
               + " (a folder's whole size: high where it holds a dump read from disk, as DensePhrases' does); on a "
                 "cluster that enforces its bookings book them at least their index: the profile's scheduler.mem_mb "
                 "('<stage> <job id>': MB)") if short else None
-    borrowed = t.get("borrowed", 0)
-    return [f"jobs measured: {t['jobs'] - borrowed}"
-            + (f" (and {borrowed} index and search jobs projected from the same job measured on another dataset)"
-               if borrowed else "")
+    borrowed, sib = t.get("borrowed", 0), t.get("siblings", 0)
+    also = ([f"{borrowed} index and search jobs projected from the same job measured on another dataset"] if borrowed else []) \
+        + ([f"{sib} variant and @init jobs from the per-unit cost of the job they vary, the same step on the same "
+            f"encoder shape"] if sib else [])
+    return [f"jobs measured: {t['jobs'] - borrowed - sib}" + (f" (and {'; '.join(also)})" if also else "")
             + f"; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
             + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "
                f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists)"
@@ -431,7 +504,11 @@ def summary(t: Mapping[str, Any]) -> list[str]:
             peaks,
             *([booked] if booked else []),
             f"disk: {t['disk_gib']:,.1f} GiB of artifacts ({t['disk_jobs']} jobs sized: indexes and runs scaled by "
-            f"their documents and queries, models as measured)"]
+            f"their documents and queries, models as measured)",
+            *([f"of which the learning check's initial checkpoints (the @init twins: each checked model untrained, "
+               f"indexed and searched as it is): {t['init_twins']} job(s), {t['init_twin_hours']:,.1f} h and "
+               f"{t['init_twin_disk_gib']:,.1f} GiB; learning.check: none leaves them out (each model's loss check stays)"]
+              if t.get("init_twins") else [])]
 
 
 def _bound_search(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], searched: int | None) -> None:
@@ -514,7 +591,9 @@ def main(argv: list[str]) -> int:
                "gpu_peak_gib", "disk_gib", "hardware", "papers_own"]]
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
         print(show.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
-    own = df[df["measured_on_dataset"].isna()] if "measured_on_dataset" in df else df  # not the other datasets' rows
+    own = df
+    for col in ("measured_on_dataset", "borrowed_from"):  # not the rows priced from another job's measure
+        own = own[own[col].isna()] if col in own else own
     print("\nmeasured where: " + "; ".join(f"{n} job(s) from {s}" for s, n in own["source"].value_counts().sort_index().items()))
     stale = own[own["stale"].notna()] if "stale" in own else own.iloc[:0]
     if len(stale):

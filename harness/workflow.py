@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import plan as hplan
-from harness.job import Stage
+from harness.job import INIT, Stage
 from harness.methods.base import section
 
 
@@ -69,8 +69,11 @@ def resources(cfg: Mapping[str, Any], stage: str, wc: Any, what: str) -> int:
 def booked_mem_mb(cfg: Mapping[str, Any], job: hplan.Job) -> int:
     """The memory (MB) a job books: the profile's ``scheduler.mem_mb`` entry for it (``"<stage> <job
     id>"``, on every dataset: what an index it builds or loads holds at the profile's scale, from the
-    cost estimate) or what its method declared (``Job.mem_mb``)."""
-    return int(((cfg.get("scheduler") or {}).get("mem_mb") or {}).get(f"{job.stage} {job.id}", job.mem_mb))
+    cost estimate) or what its method declared (``Job.mem_mb``). A learning check's ``@init`` twin
+    builds and loads an index of the same shape: it books what its twin's entry books."""
+    booked = ((cfg.get("scheduler") or {}).get("mem_mb") or {})
+    twin = booked.get(f"{job.stage} {job.id.replace(INIT, '')}", job.mem_mb)
+    return int(booked.get(f"{job.stage} {job.id}", twin))
 
 
 def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tuple[str, str]]]:

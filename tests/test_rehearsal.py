@@ -170,7 +170,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     }.items():
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "meta.json").write_text(json.dumps(meta))
-    every = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False)
+    every = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False, siblings=False)
     rows = {r["stage"]: r for r in every if r["job"] == "dpr"}
     assert rows["train"]["seconds"] == 15.0 * 40 * 460 and rows["train"]["kind"] == "projected"
     assert "(measured in GradCache sub-batches of 32, the profile trains in one graph" in rows["train"]["how"]
@@ -222,8 +222,9 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed or did not finish" in out
     # DPR's index and search and BM25's search, measured on NQ, project those jobs on the profile's other
     # datasets too (23 rows), and their searches are lower bounds as NQ's is
-    assert "jobs measured: 4 (and 23 index and search jobs projected from the same job measured on another dataset)" in out
-    assert "8 jobs (0.3 h) are lower bounds" in out
+    assert ("jobs measured: 4 (and 23 index and search jobs projected from the same job measured on another dataset; 3 "
+            "variant and @init jobs from the per-unit cost of the job they vary") in out  # dpr@init: train, index, search
+    assert "9 jobs (0.4 h) are lower bounds" in out  # dpr@init's search too
     assert "GPU-hours; on 8 GPUs at best" in out and "CPU jobs: 4.9 hours of job time" in out and "GiB of artifacts" in out
     # the issue's own command line spells the option as Snakemake does
     assert estimate.main(["--configfile", "configs/profiles/paper.yaml", "--measured", str(tmp_path), "--no-ledger"]) == 0
@@ -242,7 +243,7 @@ def test_a_search_over_the_training_questions_is_projected_to_that_split(tmp_pat
     (tmp_path / "runs/nq/bpr.train").mkdir(parents=True)
     (tmp_path / "runs/nq/bpr.train/meta.json").write_text(json.dumps(
         {"kind": "run", "job": "bpr.train", "dataset": "nq", "cost": cost.record("search", {"queries": 906}, 90.6)}))
-    [row] = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    [row] = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, siblings=False)
     assert row["how"].startswith("58,880 train queries") and abs(row["seconds"] - 0.1 * 58880) < 1e-6
 
 
@@ -420,7 +421,7 @@ def test_a_train_job_is_priced_by_its_steady_steps_plus_what_it_pays_once(tmp_pa
     assert rec["fixed_seconds"] == 20.0 - 0.6 * 4 and rec["first_step_seconds"] == 4.0
     (tmp_path / "models" / "dpr").mkdir(parents=True)
     (tmp_path / "models" / "dpr" / "meta.json").write_text(json.dumps({"kind": "model", "job": "dpr", "cost": rec}))
-    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, siblings=False)
     assert abs(row["seconds"] - (17.6 + 0.6 * 40 * 460)) < 1e-6  # DPR: 40 epochs x ceil(58,880 / 128) steps
     cost.allow_fallbacks(False)  # a new job starts with no step timed: one step spreads its seconds
     cost.step_timed(4.0, first=True)
@@ -448,13 +449,13 @@ def test_a_schedule_whose_stages_change_shape_is_priced_stage_by_stage(tmp_path)
     (tmp_path / "models" / "qcr").mkdir(parents=True)
     meta = {"kind": "model", "job": "qcr", "cost": rec, "config_values": {"methods.qcr.schedule": ran}}
     (tmp_path / "models" / "qcr" / "meta.json").write_text(json.dumps(meta))
-    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, siblings=False)
     fixed = 120.0 - sum(steps)
     assert row["pricing"] == "per stage" and abs(row["seconds"] - (fixed + 1000 * sum(steps))) < 1e-6
     assert "1,000 x 64.9 s (batch 2048)" in row["how"]
     meta["config_values"]["methods.qcr.schedule"] = [{**st, "batch_size": 128} for st in ran]  # other shapes:
     (tmp_path / "models" / "qcr" / "meta.json").write_text(json.dumps(meta))      # not the paper's stages
-    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)
+    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, siblings=False)
     assert row["pricing"] == "steady" and abs(row["seconds"] - (rec["fixed_seconds"] + 20.2 * 4000)) < 1e-6
 
 
@@ -640,7 +641,7 @@ def test_an_index_built_with_a_lowered_nlist_is_projected_as_a_lower_bound(tmp_p
         (tmp_path / folder / "meta.json").write_text(json.dumps(
             {"kind": "index", "job": job, "dataset": "nq", "documents": 500, "fallbacks": fell,
              "cost": cost.record("index", {"documents": 500}, 10.0)}))
-    rows = {r["job"]: r for r in estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path)}
+    rows = {r["job"]: r for r in estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, siblings=False)}
     assert rows["densephrases"]["bound"] == "lower" and "fewer lists than the profile's" in rows["densephrases"]["how"]
     assert "bound" not in rows["dpr"]
     assert estimate.totals(list(rows.values()), 8)["lower_bounds"] == 1
@@ -694,7 +695,7 @@ def test_the_estimate_names_jobs_booked_less_memory_than_their_projected_index(t
              "dataset": "nq", "bytes": size, "cost": cost.record(stage, units, 10.0)}))
     paper = load_config(["configs/profiles/paper.yaml"])
     paper = {**paper, "scheduler": {k: v for k, v in paper["scheduler"].items() if k != "mem_mb"}}  # the methods' own
-    rows = {(r["stage"], r["job"]): r for r in estimate.estimate(paper, tmp_path, other_datasets=False)}
+    rows = {(r["stage"], r["job"]): r for r in estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)}
     dpr_gib = 500 * 3072 * estimate._documents(paper, "nq") / 500 / 2**30
     assert abs(rows["index", "dpr"]["index_gib"] - dpr_gib) < 0.01 and 55 < dpr_gib < 65
     assert rows["search", "dpr"]["index_gib"] == rows["index", "dpr"]["index_gib"]
@@ -719,6 +720,8 @@ def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_h
     paper = load_config(["configs/profiles/paper.yaml"])
     mem = lambda stage, **wc: hwf.resources(paper, stage, SimpleNamespace(**wc), "mem_mb")  # noqa: E731
     assert mem("index", job="dpr", dataset="nq") == paper["scheduler"]["mem_mb"]["index dpr"] == 75000
+    # the learning check's untrained twin builds the same index: it books what its twin books
+    assert mem("index", job="dpr@init", dataset="nq") == 75000 and mem("search", job="svdr@init", dataset="nq") == 157000
     assert mem("index", job="bm25", dataset="nq") == plan.get(paper).job("index", "bm25", "nq").mem_mb
     assert mem("evaluate", job="dpr", dataset="nq") == 4000
     short = estimate.totals(estimate.estimate(paper, tmp_path / "none", ledger.read()), 8)["under_booked"]
@@ -726,3 +729,55 @@ def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_h
     bad = {**paper, "scheduler": {**paper["scheduler"], "mem_mb": {"index dpx": 1000}}}
     with pytest.raises(ConfigError, match=r"scheduler.mem_mb: 'index dpx' names no job.*did you mean 'index dpr'"):
         plan.Plan(bad, plan.get(paper).jobs.values()).check()
+
+
+def test_a_variant_or_init_twin_is_priced_from_the_job_it_varies_only_where_its_step_and_shape_are_the_same(tmp_path):
+    """BPR's margin and gamma variants train the same step at the same batch as BPR: a measured BPR
+    step prices their own steps; a learning check's @init twin indexes with the same encoder (its
+    train job: one step). SVDR's w/o-negatives variant doubles the batch, BPR's variant search encodes
+    the corpus itself, QCR's grid models train at other batches, LightRetriever's other LLMs are other
+    shapes, DPR's HNSW index is another index: none is priced from another job."""
+    import json
+
+    from harness import cost, estimate, plan
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    p = plan.get(paper)
+    sib = lambda *key: estimate.sibling_of(p, p.job(*key))  # noqa: E731
+    assert sib("train", "bpr.g005", None) == ("bpr", "its variant sets gamma")
+    assert sib("train", "bpr.ce", None) == ("bpr", "its variant sets cand_loss")
+    assert sib("train", "dpr@init", None) == ("dpr", "the initial checkpoint: one step")
+    assert sib("index", "svdr.emb@init", "nq") == ("svdr.emb", "random initial weights")
+    assert sib("search", "svdr@init", "nq")[0] == "svdr"
+    assert sib("train", "svdr.abl-noneg", None) == (None, "its variant sets batch_size, hard_negatives")
+    assert sib("search", "bpr.a0", "nq") == (None, "another step than search bpr's")
+    assert sib("train", "qcr.grid-b0k0", None) == (None, "other parameters than train qcr's")
+    assert sib("train", "lightretriever.llama-8b", None)[0] is None
+    assert sib("index", "dpr.hnsw", "nq")[0] is None and sib("train", "bpr", None) == (None, "not a variant")
+    assert sib("search", "densephrases.qs", "nq")[0] is None  # it searches one index of the two
+
+    cost.allow_fallbacks(False)
+    for folder, meta in {"models/bpr": {"kind": "model", "job": "bpr", "cost": cost.record("train", {"steps": 2}, 30.0)},
+                         "indexes/dpr/nq": {"kind": "index", "job": "dpr", "dataset": "nq", "bytes": 3072 * 500,
+                                            "cost": cost.record("index", {"documents": 500}, 10.0)}}.items():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "meta.json").write_text(json.dumps(meta))
+    rows = {(r["stage"], r["job"]): r for r in estimate.estimate(paper, tmp_path, other_datasets=False)}
+    assert not rows["train", "bpr"].get("borrowed_from") and not rows["index", "dpr"].get("borrowed_from")
+    g = rows["train", "bpr.g005"]
+    units, _ = estimate.paper_units(paper, p.job("train", "bpr.g005", None))
+    assert g["borrowed_from"] == "bpr" and g["seconds"] == pytest.approx(15.0 * units)
+    assert "(per-unit cost of train bpr: the same step on the same encoder shape, its variant sets gamma)" in g["how"]
+    init = rows["index", "dpr@init"]
+    assert init["seconds"] == pytest.approx(rows["index", "dpr"]["seconds"]) and init["disk_gib"] == rows["index", "dpr"]["disk_gib"]
+    assert rows["train", "bpr@init"]["seconds"] == pytest.approx(15.0)  # one step
+    assert ("train", "svdr.abl-noneg") not in rows and ("search", "bpr.a0") not in rows
+    assert ("train", "dpr@init") not in rows  # DPR's training was not measured here
+    t = estimate.totals(list(rows.values()), 8)
+    assert t["siblings"] == sum(1 for r in rows.values() if r.get("borrowed_from")) == 9  # 7 BPR variants, 2 @init
+    assert t["jobs"] - t["borrowed"] - t["siblings"] == 2
+    assert t["init_twins"] == 2 and t["init_twin_hours"] == pytest.approx((init["seconds"] + 15.0) / 3600)
+    lines = estimate.summary(t)
+    assert lines[0].startswith("jobs measured: 2 (and 9 variant and @init jobs from the per-unit cost of the job they vary")
+    assert any(x.startswith("of which the learning check's initial checkpoints (the @init twins") for x in lines)
