@@ -362,6 +362,6 @@ def test_estimate_page_projects_the_rehearsals_jobs_or_says_how_to_run_it(profil
             "variant and @init jobs from the per-unit cost") in page  # search dpr@init
     assert "0.0 GPU-hours" in page and "GPU jobs measured on a CPU (device_fallback): 9 job(s), 0.4 hours" in page
     assert "CPU jobs: 0.0 hours" in page
-    assert "critical path (the longest chain of dependent jobs, GPUs unlimited): 0.1 hours: search dpr on nq" in page
+    assert "critical path (the longest chain of dependent jobs, GPUs unlimited): 0.1 hours: search dpr" in page  # or its twin
     assert "train bpr: out of memory at this shape" in page
     assert "estimate.html" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
