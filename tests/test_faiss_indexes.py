@@ -64,6 +64,54 @@ def test_hnsw_ip_transform_recall_and_scores(data, spec):
     assert np.all(np.diff(S, axis=1) <= 1e-3)
 
 
+def test_hnsw_adds_in_chunks_with_one_augmentation_and_no_copy_of_the_whole_corpus(data, monkeypatch):
+    """DPR's HNSW of the 21M passages would hold an augmented copy of every vector (60 GiB) beside the
+    vectors and the graph: it augments and adds a chunk at a time, every chunk with the corpus's one
+    largest norm (so inner products still rank as L2 over d + 1 dims: exact-search recall and scores
+    hold), and its numpy allocations stay below a chunk's few copies (tracemalloc sees numpy's)."""
+    import tracemalloc
+
+    from harness.indexes import faiss_dense
+
+    X, Q = data
+    monkeypatch.setattr(faiss_dense, "HNSW_ADD_CHUNK", 500)
+    tracemalloc.start()
+    index = DenseFaissIndex.build("HNSW32", X)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert index.index.ntotal == len(X) and index.max_sq_norm == pytest.approx(float((X * X).sum(1).max()), rel=1e-5)
+    assert peak < X.nbytes / 2, (peak, X.nbytes)  # one chunk of 500 x 65 floats, not 4,000 x 65
+    S, ids = index.search(Q, 10)
+    assert recall_at(ids, exact_ip(X, Q, 10)[1], 10) >= 0.9
+    np.testing.assert_allclose(S, np.einsum("qd,qkd->qk", Q, X[ids]), rtol=1e-4, atol=1e-2)
+
+
+def test_dpr_baselines_read_the_flat_indexs_vectors_without_a_copy(data, tmp_path):
+    """The baselines' builder reads DPR's Flat index back: its vectors are used in place (a copy of the
+    21M passages' would be another 60 GiB), and an LSH built from them equals one built from the array."""
+    import tracemalloc
+
+    import faiss
+
+    from harness.artifacts import DOCIDS
+    from harness.methods.bpr.index import build_dpr_baseline
+
+    X, Q = data
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    DenseFaissIndex.build("Flat", X).save(flat)
+    (flat / DOCIDS).write_text("".join(f"d{i}\n" for i in range(len(X))))
+    (tmp_path / "lsh").mkdir()
+    tracemalloc.start()
+    info = build_dpr_baseline("faiss:LSH", flat, tmp_path / "lsh")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert info["documents"] == len(X) and peak < X.nbytes / 2, (peak, X.nbytes)
+    got = faiss.read_index(str(tmp_path / "lsh" / "index.faiss"))
+    want = DenseFaissIndex.build("LSH", X).index
+    assert np.array_equal(faiss.vector_to_array(got.codes), faiss.vector_to_array(want.codes))
+
+
 def test_hnsw_without_transform_would_rank_by_l2(data):
     """The transform matters: plain L2 neighbours differ from inner-product neighbours here."""
     X, Q = data

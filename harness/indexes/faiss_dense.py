@@ -48,6 +48,9 @@ KNOWN_SPECS = (
 FORMS = ("a faiss factory string: Flat, HNSW<M>, LSH[<nbits>][r][t], PQ<M>x<nbits>[np], IVF<nlist>,SQ4, "
          "... (e.g. faiss:Flat)")
 _HNSW = re.compile(r"^HNSW(\d+)$")
+#: rows an HNSW index augments and adds at a time: the augmented copy of 21M x 769 floats would be
+#: another 60 GiB beside the vectors and the graph (a corpus below it is added in one call, as before)
+HNSW_ADD_CHUNK = 1 << 20
 _LSH = re.compile(r"^LSH(\d*)(r?)(t?)$")
 
 
@@ -111,9 +114,11 @@ class DenseFaissIndex:
             index.hnsw.efConstruction = ef_construction
             index.hnsw.efSearch = ef_search
             _check_hnsw(index, factory, d)
-            augmented, _ = augment_docs(vectors)
-            index.add(augmented)
-            del augmented
+            top = float(np.einsum("ij,ij->i", vectors, vectors).max())  # every chunk's augmentation: one max
+            for start in range(0, vectors.shape[0], HNSW_ADD_CHUNK):
+                augmented, _ = augment_docs(vectors[start:start + HNSW_ADD_CHUNK], top)
+                index.add(augmented)
+                del augmented
             return cls(index, factory)
         if kind == "lsh":
             index = _make_lsh(factory, d)
