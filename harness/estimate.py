@@ -334,18 +334,20 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
 
 
 def _index_held(p: Any, rows: list[dict[str, Any]]) -> None:
-    """``index_gib`` of each index row (its projected index) and search row (the projected indexes it
-    loads, where their rows are measured): a faiss or token index is held in memory whole while it is
-    built and searched, so a job booked less memory than that is killed on a cluster that enforces
-    its booking (Lucene's index and the phrase dump are read from disk: there the figure is high)."""
+    """``index_gib`` of each index row (its projected index, and the indexes it is built from: DPR's
+    HNSW, LSH and PQ read DPR's Flat) and search row (the projected indexes it loads), where their rows
+    are measured: a faiss or token index is held in memory whole while it is built and searched, so a
+    job booked less memory than that is killed on a cluster that enforces its booking (Lucene's index
+    and the phrase dump are read from disk: there the figure is high)."""
     built = {(r["job"], r["dataset"]): r.get("disk_gib") for r in rows if r["stage"] == "index"}
     for r in rows:
+        if r["stage"] not in ("index", "search"):
+            continue
+        refs = p.job(r["stage"], r["job"], r["dataset"] or None).inputs.values()
+        sizes = [built.get((ref.id, ref.dataset or r["dataset"])) for ref in refs if ref.kind == "index"]
         if r["stage"] == "index":
-            r["index_gib"] = r.get("disk_gib")
-        elif r["stage"] == "search":
-            refs = p.job(r["stage"], r["job"], r["dataset"] or None).inputs.values()
-            sizes = [built.get((ref.id, ref.dataset or r["dataset"])) for ref in refs if ref.kind == "index"]
-            r["index_gib"] = sum(sizes) if sizes and None not in sizes else None
+            sizes.append(r.get("disk_gib"))
+        r["index_gib"] = sum(sizes) if sizes and None not in sizes else None
 
 
 def _rehearsal_hashes(keys: list[tuple[str, str, str | None]]) -> dict[tuple[str, str, str | None], str]:

@@ -704,6 +704,15 @@ def test_the_estimate_names_jobs_booked_less_memory_than_their_projected_index(t
     assert [name for name, _, _ in t["under_booked"]] == ["index dpr on nq", "search dpr on nq"]
     [line] = [x for x in estimate.summary(t) if x.startswith("memory booked below")]
     assert f"index dpr on nq {dpr_gib:,.1f} GiB > 7.8 GiB booked" in line and "bm25" not in line
+    # an index built from another holds both: DPR's HNSW reads DPR's Flat back
+    (tmp_path / "indexes/dpr.hnsw/nq").mkdir(parents=True)
+    (tmp_path / "indexes/dpr.hnsw/nq/meta.json").write_text(json.dumps(
+        {"kind": "index", "job": "dpr.hnsw", "dataset": "nq", "bytes": 500 * 7180,
+         "cost": cost.record("index", {"documents": 500}, 1.0)}))
+    rows = {(r["stage"], r["job"]): r for r in estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)}
+    hnsw = rows["index", "dpr.hnsw"]
+    assert hnsw["index_gib"] == pytest.approx(hnsw["disk_gib"] + rows["index", "dpr"]["disk_gib"])
+    assert 195 < hnsw["index_gib"] < 205  # 140.5 GiB of graph and vectors + the 60.3 GiB it is built from
 
 
 def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_holds(tmp_path):
