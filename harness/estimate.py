@@ -7,6 +7,7 @@ labelled projected, with the hardware it was measured on.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -323,6 +324,10 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     if any(": nlist " in f for f in d.get("fallbacks", [])):  # harness.indexes.phrase: a slice too small for its IVF
         row["how"] += " (its IVF trained fewer lists than the profile's, whose k-means is not timed: a lower bound)"
         row["bound"] = "lower"
+    if stage == "index" and re.search(r"\bHNSW\d", str(d.get("spec") or "")):
+        # each insertion searches the graph built so far (efConstruction candidates over ~log n layers)
+        row["how"] += " (an HNSW graph's insertion cost grows with the graph, about log n: a lower bound)"
+        row["bound"] = "lower"
     _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
     row["bytes"] = d.get("bytes")
     row["source"] = d["_source"]
@@ -495,7 +500,8 @@ def summary(t: Mapping[str, Any]) -> list[str]:
     return [f"jobs measured: {t['jobs'] - borrowed - sib}" + (f" (and {'; '.join(also)})" if also else "")
             + f"; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
             + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "
-               f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists)"
+               f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists; an HNSW "
+               f"graph built over a slice)"
                if t["lower_bounds"] else ""),
             f"GPU jobs (the profile books a GPU) measured on a GPU: {t['gpu_hours']:,.1f} GPU-hours; on {t['gpus']} "
             f"GPUs at best {t['gpu_wall_hours']:,.1f} hours wall (no dependency waits)",

@@ -707,12 +707,15 @@ def test_the_estimate_names_jobs_booked_less_memory_than_their_projected_index(t
     # an index built from another holds both: DPR's HNSW reads DPR's Flat back
     (tmp_path / "indexes/dpr.hnsw/nq").mkdir(parents=True)
     (tmp_path / "indexes/dpr.hnsw/nq/meta.json").write_text(json.dumps(
-        {"kind": "index", "job": "dpr.hnsw", "dataset": "nq", "bytes": 500 * 7180,
+        {"kind": "index", "job": "dpr.hnsw", "dataset": "nq", "bytes": 500 * 7180, "spec": "faiss:HNSW512",
          "cost": cost.record("index", {"documents": 500}, 1.0)}))
     rows = {(r["stage"], r["job"]): r for r in estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)}
     hnsw = rows["index", "dpr.hnsw"]
     assert hnsw["index_gib"] == pytest.approx(hnsw["disk_gib"] + rows["index", "dpr"]["disk_gib"])
     assert 195 < hnsw["index_gib"] < 205  # 140.5 GiB of graph and vectors + the 60.3 GiB it is built from
+    # its insertions search a graph that grows with the corpus: priced per 1,000 passages, a lower bound
+    assert hnsw["bound"] == "lower" and "HNSW graph's insertion cost grows" in hnsw["how"]
+    assert "bound" not in rows["index", "dpr"]
 
 
 def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_holds(tmp_path):
