@@ -124,7 +124,8 @@ def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
 
 
 def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
-            measured: Mapping[str, Any] | None = None, measured_bytes: int | None = None) -> dict[str, Any]:
+            measured: Mapping[str, Any] | None = None, measured_bytes: int | None = None,
+            fixed_bytes: int | None = None) -> dict[str, Any]:
     """One job's projected cost in profile ``cfg`` from its measured ``cost`` (a rehearsal job's;
     ``measured``: that job's config values, which say the stages a schedule ran; ``measured_bytes``:
     its artifact's size, projected by :func:`disk`)."""
@@ -136,7 +137,7 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
            "hardware": cost.get("gpu") or "cpu",
            # steady: fixed seconds once + the median later step per step; whole: every second per unit
            "pricing": cost.get("pricing", "whole")}
-    projected = disk(job, units, cost, measured_bytes)
+    projected = disk(job, units, cost, measured_bytes, fixed_bytes)
     out["disk_gib"] = round(projected / 2**30, 3) if projected is not None else None
     staged = _per_stage(cfg, job, cost, measured or {}) if job.stage == "train" and units is not None else None
     if staged is not None:  # a schedule's stages differ in shape: one median step would misprice them
@@ -150,16 +151,19 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
     return out
 
 
-def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes: int | None) -> float | None:
+def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes: int | None,
+         fixed_bytes: int | None = None) -> float | None:
     """Bytes of ``job``'s artifact in the profile, projected from the rehearsal's ``measured_bytes``:
     an index (and a run file) grows with its documents (queries), so it is scaled by the profile's
-    units over the measured ones; a model is the same size whatever its steps, and a measurement is
-    kept as measured. None where nothing was measured or a count is missing."""
+    units over the measured ones, but for its ``fixed_bytes`` (a PQ's codebooks: the trained index
+    before any vector, where the job recorded it), kept once; a model is the same size whatever its
+    steps, and a measurement is kept as measured. None where nothing was measured or a count is missing."""
     if measured_bytes is None:
         return None
     if job.stage in ("index", "search"):
         measured = cost.get("units")
-        return float(measured_bytes) * units / measured if units is not None and measured else None
+        fixed = min(float(fixed_bytes or 0), float(measured_bytes))
+        return fixed + (float(measured_bytes) - fixed) * units / measured if units is not None and measured else None
     return float(measured_bytes)
 
 
@@ -313,7 +317,7 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
 
     stage = job.stage
     d = ledger.pick(cands, bool(job.gpu), now)
-    row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"))
+    row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"))
     hw = d.get("hardware") or {}
     if row["hardware"] == "cpu" and hw.get("cpu"):
         row["hardware"] = f"{hw['cpu']} ({hw['simd'] + ', ' if hw.get('simd') else ''}{hw.get('cpus', '?')} cores)"

@@ -5,7 +5,7 @@ vanishing with their ``results/`` folders.
 
 One JSON-lines file per machine (:func:`slug` of its hardware), one line per measured job: the job's
 meta.json trimmed to what the estimate reads (:data:`KEPT`: its cost, config values and hash,
-fallbacks, bytes, an index's spec, hardware, the harness commit and time it ran; a search job also the documents of
+fallbacks, bytes, an index's spec and fixed bytes, hardware, the harness commit and time it ran; a search job also the documents of
 the index it read), and one line per job that failed or did not finish, with its log's one-line
 cause. ``python -m harness estimate --record`` writes the ledger of the machine it runs on from
 ``results/rehearsal``: a job measured again replaces its line, a job that now succeeded drops its
@@ -29,7 +29,7 @@ from harness.job import Stage
 LEDGER_DIR = Path("configs/costs")
 #: the meta.json fields a ledger line keeps (what harness.estimate reads, and the provenance)
 KEPT = ("kind", "job", "method", "dataset", "config_hash", "git_commit", "created", "versions", "hardware", "bytes",
-        "documents", "cost", "config_values", "fallbacks", "grad_cache_chunk", "spec")
+        "documents", "cost", "config_values", "fallbacks", "grad_cache_chunk", "spec", "fixed_bytes")
 
 
 def slug(hw: Mapping[str, Any]) -> str:

@@ -112,6 +112,19 @@ def test_dpr_baselines_read_the_flat_indexs_vectors_without_a_copy(data, tmp_pat
     assert np.array_equal(faiss.vector_to_array(got.codes), faiss.vector_to_array(want.codes))
 
 
+@pytest.mark.parametrize("spec, per_vector", [("PQ8x8np", 8), ("LSH", D // 8), ("Flat", 4 * D)])
+def test_fixed_bytes_are_what_does_not_grow_with_the_corpus(data, tmp_path, spec, per_vector):
+    """A PQ's codebooks (8 x 256 x 8 floats here; 786 KB for BPR Table 1's PQ96x8 over 768 dimensions)
+    do not grow with the corpus: the index records them apart (the trained index before any vector),
+    so the cost estimate scales only the rest to the 21M passages. The rest is the vectors' codes."""
+    X, _ = data
+    index = DenseFaissIndex.build(spec, X)
+    size = index.save(tmp_path).stat().st_size
+    assert size - index.fixed_bytes == len(X) * per_vector
+    if spec.startswith("PQ"):
+        assert index.fixed_bytes >= 8 * 256 * (D // 8) * 4
+
+
 def test_hnsw_without_transform_would_rank_by_l2(data):
     """The transform matters: plain L2 neighbours differ from inner-product neighbours here."""
     X, Q = data

@@ -793,3 +793,21 @@ def test_a_variant_or_init_twin_is_priced_from_the_job_it_varies_only_where_its_
     lines = estimate.summary(t)
     assert lines[0].startswith("jobs measured: 2 (and 9 variant and @init jobs from the per-unit cost of the job they vary")
     assert any(x.startswith("of which the learning check's initial checkpoints (the @init twins") for x in lines)
+
+
+def test_disk_scales_what_grows_with_the_corpus_and_keeps_a_codebook_once():
+    """BPR Table 1's DPR + PQ: 96 bytes a passage and a 786 KB codebook. Measured over 2,067 passages
+    (1,001,486 bytes), a linear projection to the 21M gave 10.2 GB; with the codebook kept once, 2.0 GB
+    (the paper's 2.0 GB)."""
+    from types import SimpleNamespace
+
+    from harness import estimate
+
+    job, units = SimpleNamespace(stage="index"), 21015.324
+    cost = {"units": 2.067}
+    linear = estimate.disk(job, units, cost, 1_001_486)
+    kept = estimate.disk(job, units, cost, 1_001_486, fixed_bytes=786_476)
+    assert 10.1e9 < linear < 10.3e9 and kept == pytest.approx(786_476 + (1_001_486 - 786_476) * units / 2.067)
+    assert 2.0e9 < kept < 2.3e9
+    assert estimate.disk(job, units, cost, 100, fixed_bytes=10**6) == 100  # never more fixed than was measured
+    assert estimate.disk(SimpleNamespace(stage="train"), 5.0, {}, 800, fixed_bytes=10) == 800  # a model: as measured

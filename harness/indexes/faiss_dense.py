@@ -82,9 +82,12 @@ def augment_queries(queries: np.ndarray) -> np.ndarray:
 class DenseFaissIndex:
     """A faiss index over float32 vectors answering inner-product search (see the module doc)."""
 
-    def __init__(self, index: faiss.Index, factory: str) -> None:
+    def __init__(self, index: faiss.Index, factory: str, fixed_bytes: int | None = None) -> None:
         self.index = index
         self.factory = factory
+        #: bytes of the built index that do not grow with the corpus (a PQ's codebooks, an LSH's
+        #: thresholds; the trained index before any vector is added), where it was built here
+        self.fixed_bytes = fixed_bytes
         self.kind = _kind(factory)
         self.max_sq_norm = 0.0
         if self.kind == "hnsw" and index.ntotal:
@@ -114,12 +117,13 @@ class DenseFaissIndex:
             index.hnsw.efConstruction = ef_construction
             index.hnsw.efSearch = ef_search
             _check_hnsw(index, factory, d)
+            fixed = len(faiss.serialize_index(index))
             top = float(np.einsum("ij,ij->i", vectors, vectors).max())  # every chunk's augmentation: one max
             for start in range(0, vectors.shape[0], HNSW_ADD_CHUNK):
                 augmented, _ = augment_docs(vectors[start:start + HNSW_ADD_CHUNK], top)
                 index.add(augmented)
                 del augmented
-            return cls(index, factory)
+            return cls(index, factory, fixed)
         if kind == "lsh":
             index = _make_lsh(factory, d)
         else:
@@ -148,8 +152,9 @@ class DenseFaissIndex:
                     f"faiss:{factory}: training on {len(sample)} vectors failed ({msg})",
                     fix="give more vectors (PQ needs >= 256 per sub-quantizer) or choose another spec",
                 ) from None
+        fixed = len(faiss.serialize_index(index))  # trained, empty: what a larger corpus does not grow
         index.add(vectors)
-        return cls(index, factory)
+        return cls(index, factory, fixed)
 
     @property
     def ntotal(self) -> int:

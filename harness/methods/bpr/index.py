@@ -114,4 +114,4 @@ def build_dpr_baseline(spec: str, dpr_index: Path, out: Path, *, train_size: int
     index_file = index.save(out)
     shutil.copyfile(Path(dpr_index) / DOCIDS_FILE, out / DOCIDS_FILE)
     return {"spec": spec, "documents": int(vecs.shape[0]), "dim": int(vecs.shape[1]), "build_seconds": seconds,
-            "index_file_bytes": index_file.stat().st_size, "source": str(dpr_index)}
+            "index_file_bytes": index_file.stat().st_size, "fixed_bytes": index.fixed_bytes, "source": str(dpr_index)}
