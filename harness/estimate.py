@@ -250,16 +250,13 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         base, differs = sibling_of(p, job)
         if base is None:
             continue
-        src = priced.get((job.stage, base, job.dataset))
-        if src is None or src.get("borrowed_from"):
-            continue
-        cands = found.get((job.stage, base, src.get("measured_on_dataset") or job.dataset))
-        if not cands:
+        src = priced.get((job.stage, base, job.dataset))  # measured, or projected from another dataset
+        if src is None:
             continue
         ds = src.get("measured_on_dataset") or job.dataset
-        row = _row(cfg, job, cands, hashes.get((job.stage, base, ds)))
-        row["how"] += (f" (per-unit cost of {job.stage} {base}" + (f" measured on {ds}" if src.get("measured_on_dataset") else "")
-                       + ": the same step on the same encoder shape, " + differs + ")")
+        row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)))
+        row["how"] += (f" (per-unit cost of {job.stage} {base}" + (f" measured on {ds}" if ds != job.dataset else "")
+                       + f": the same step on the same encoder shape, {differs})")
         row["borrowed_from"] = base
         row.pop("stale", None)  # said of the job measured, in its own row
         rows.append(row)
@@ -306,7 +303,8 @@ def sibling_of(p: Any, job: Any) -> tuple[str | None, str]:
         return base, "the initial checkpoint: one step"
     if INIT in job.id:
         return base, "random initial weights"
-    return base, ("its variant sets " + ", ".join(set_)) if set_ else f"the variant {job.params.get('variant') or job.params.get('ablation') or job.id}"
+    name = job.params.get("variant") or job.params.get("ablation") or job.id
+    return base, f"its variant sets {', '.join(set_)}" if set_ else f"the variant {name}"
 
 
 def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str | None) -> dict[str, Any]:
