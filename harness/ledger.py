@@ -5,14 +5,14 @@ vanishing with their ``results/`` folders.
 
 One JSON-lines file per machine (:func:`slug` of its hardware), one line per measured job: the job's
 meta.json trimmed to what the estimate reads (:data:`KEPT`: its cost, config values and hash,
-fallbacks, bytes, an index's spec and fixed bytes, hardware, the harness commit and time it ran; a search job also the documents of
-the index it read), and one line per job that failed or did not finish, with its log's one-line
-cause. ``python -m harness estimate --record`` writes the ledger of the machine it runs on from
-``results/rehearsal``: a job measured again replaces its line, a job that now succeeded drops its
-failure. Reading picks, per job, the record to project from (:func:`pick`): one measured on a GPU
-for a job the profile books a GPU for, then one whose settings are today's rehearsal's (its
-``config_hash``), then the newest. Each projected row names its source (the file, the commit, the
-date) and says where the job's settings changed since it was measured.
+fallbacks, bytes, an index's spec and fixed bytes, hardware, the harness commit and time it ran; a
+search job also the documents of the index it read), and one line per job that failed or did not
+finish, with its log's one-line cause. ``python -m harness estimate --record`` writes the ledger of
+the machine it runs on from ``results/rehearsal``: a job measured again replaces its line, a job
+that now succeeded drops its failure. Reading picks, per job, the record to project from
+(:func:`pick`): one measured on a GPU for a job the profile books a GPU for, then one whose settings
+are today's rehearsal's (its ``config_hash``), then the newest. Each projected row names its source
+(the file, the commit, the date) and says where the job's settings changed since it was measured.
 """
 from __future__ import annotations
 
