@@ -247,7 +247,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
         if not siblings or key in priced:
             continue
-        base, differs = sibling_of(p, job)
+        base, differs = sibling_of(p, job, priced)
         if base is None:
             continue
         src = priced.get((job.stage, base, job.dataset))  # measured, or projected from another dataset
@@ -274,13 +274,64 @@ SHAPE_SETTINGS = frozenset({
 _NAMING_PARAMS = frozenset({"variant", "ablation", "init", "learning_twin_of"})
 
 
-def sibling_of(p: Any, job: Any) -> tuple[str | None, str]:
+def sibling_of(p: Any, job: Any, priced: Any = ()) -> tuple[str | None, str]:
     """(the id of the job ``job`` varies, how they differ) where a measured cost of that job prices
     ``job``'s units too: ``job`` is a variant (``bpr.a0``, ``svdr.abl-m1``: the method's own job) or
     an ``@init`` twin (``dpr@init``, ``svdr.emb@init``: the id without ``@init``) of the same stage
     and dataset, running the same step over inputs of the same kinds with the same parameters (but
-    those naming it), and its variant settings touch none of :data:`SHAPE_SETTINGS`; (None, why not)
-    otherwise. QCR's grid models train at other batch sizes and codes: never a sibling."""
+    those naming it), and its variant settings touch none of :data:`SHAPE_SETTINGS`. Else, or where
+    that job is not in ``priced`` ((stage, id, dataset) keys), for an index or search job: another
+    variant's job in ``priced`` whose models differ from this one's in training alone
+    (:func:`same_start`; QCR's grid model ``grid-b1k1`` indexes as ``grid-b0k1`` does: batch 2,048
+    or 256, K 250 both). (None, why not) otherwise. QCR's grid models train at other batch sizes and
+    codes: their training is never priced from another's."""
+    base, why = _varied(p, job)
+    unpriced = base is None or priced and (job.stage, base, job.dataset) not in priced
+    if unpriced and job.stage in ("index", "search"):
+        for other in same_start(p, job):
+            if (job.stage, other, job.dataset) in priced:
+                return other, f"its models differ from {other}'s in training alone"
+    return base, why
+
+
+def same_start(p: Any, job: Any) -> list[str]:
+    """The ids of the other variant jobs of ``job``'s stage, step and dataset (inputs of the same
+    kinds, the same parameters but those naming them) whose models have the same start key as
+    ``job``'s, model for model (the method's ``start_key``, harness.methods.base.start_key: their
+    settings but for those only training reads): an index or search job of either does the same
+    work per document (query). Empty for a main model (its key is its own id) and for methods
+    without ``start_key``."""
+    import importlib
+
+    from harness.errors import ConfigError
+
+    def keys(j: Any) -> list[Any] | None:
+        out = []
+        for r in j.inputs.values():
+            if r.kind != "model":
+                continue
+            try:
+                t = p.job("train", r.id, None)
+            except ConfigError:
+                return None
+            module = importlib.import_module(t.module)
+            if t.params.get("variant") is None or not hasattr(module, "start_key"):
+                return None
+            out.append(repr([t.method, module.start_key(p.cfg, t)]))
+        return out or None
+
+    mine = keys(job)
+    if mine is None:
+        return []
+    strip = lambda params: {k: v for k, v in params.items() if k not in _NAMING_PARAMS}  # noqa: E731
+    kinds = {n: r.kind for n, r in job.inputs.items()}
+    return sorted(o.id for (stage, _, dataset), o in p.closure().items()
+                  if stage == job.stage and dataset == job.dataset and o.id != job.id and o.method == job.method
+                  and o.step == job.step and {n: r.kind for n, r in o.inputs.items()} == kinds
+                  and strip(o.params) == strip(job.params) and keys(o) == mine)
+
+
+def _varied(p: Any, job: Any) -> tuple[str | None, str]:
     from harness.errors import ConfigError
 
     base = job.id.replace(INIT, "") if INIT in job.id else job.method
@@ -497,8 +548,8 @@ def summary(t: Mapping[str, Any]) -> list[str]:
                 "('<stage> <job id>': MB)") if short else None
     borrowed, sib = t.get("borrowed", 0), t.get("siblings", 0)
     also = ([f"{borrowed} index and search jobs projected from the same job measured on another dataset"] if borrowed else []) \
-        + ([f"{sib} variant and @init jobs from the per-unit cost of the job they vary, the same step on the same "
-            f"encoder shape"] if sib else [])
+        + ([f"{sib} variant and @init jobs from the per-unit cost of the job they vary (or of another "
+            f"variant's, whose models differ in training alone), the same step on the same encoder shape"] if sib else [])
     return [f"jobs measured: {t['jobs'] - borrowed - sib}" + (f" (and {'; '.join(also)})" if also else "")
             + f"; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
             + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "

@@ -795,6 +795,48 @@ def test_a_variant_or_init_twin_is_priced_from_the_job_it_varies_only_where_its_
     assert any(x.startswith("of which the learning check's initial checkpoints (the @init twins") for x in lines)
 
 
+def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model_differs_in_training_alone(tmp_path):
+    """QCR's grid models grid-b0k1 and grid-b1k1 train at batch 256 and 2,048, both at K 250, and its
+    no-entropy variant drops a loss term: their indexes encode the same passages into the same codes
+    with the same encoder, so one measured grid-b0k1 index prices the other two per document (their
+    training, at another batch, is never priced so). The K-150 grid models, QCR-uns. (Contriever)
+    and the main model (its start is its own) are not."""
+    import json
+
+    from harness import cost, estimate, plan
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    p = plan.get(paper)
+    measured = {("index", "qcr.grid-b0k1", "msmarco"), ("train", "qcr.grid-b0k1", None)}
+    sib = lambda *key: estimate.sibling_of(p, p.job(*key), measured)  # noqa: E731
+    assert estimate.sibling_of(p, p.job("index", "qcr.grid-b1k1", "msmarco")) == (None, "other parameters than index qcr's")
+    assert sib("index", "qcr.grid-b1k1", "msmarco") == ("qcr.grid-b0k1", "its models differ from qcr.grid-b0k1's in training alone")
+    assert sib("index", "qcr.noent", "msmarco")[0] == "qcr.grid-b0k1"
+    assert sib("index", "qcr.grid-b1k0", "msmarco")[0] is None  # K 150
+    assert sib("index", "qcr.grid-b1k1", "scifact")[0] is None  # not measured there (the estimate: via msmarco)
+    assert sib("train", "qcr.grid-b1k1", None)[0] is None and sib("index", "qcr", "msmarco")[0] is None
+    assert estimate.same_start(p, p.job("index", "qcr.uns", "msmarco")) == []
+    assert estimate.same_start(p, p.job("search", "qcr.grid-b1k1", "msmarco")) == ["qcr.grid-b0k1", "qcr.noent"]
+
+    cost.allow_fallbacks(False)
+    folder = tmp_path / "indexes" / "qcr.grid-b0k1" / "msmarco"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"kind": "index", "job": "qcr.grid-b0k1", "dataset": "msmarco",
+                                                  "bytes": 4000 * 500, "cost": cost.record("index", {"documents": 500}, 10.0)}))
+    rows = {(r["stage"], r["job"], r["dataset"]): r for r in estimate.estimate(paper, tmp_path)}
+    ref = rows["index", "qcr.grid-b0k1", "msmarco"]
+    for job, ds in (("qcr.grid-b1k1", "msmarco"), ("qcr.noent", "msmarco"), ("qcr.grid-b1k1", "scifact")):
+        r = rows["index", job, ds]
+        same = rows["index", "qcr.grid-b0k1", ds]
+        assert r["borrowed_from"] == "qcr.grid-b0k1" and r["seconds"] == pytest.approx(same["seconds"]), (job, ds)
+        assert "its models differ from qcr.grid-b0k1's in training alone" in r["how"]
+    assert rows["index", "qcr.grid-b1k1", "scifact"]["how"].count("measured on msmarco") == 1
+    assert ref["seconds"] > 0 and not ref.get("borrowed_from")
+    assert not {k for k in rows if k[1] in ("qcr.grid-b0k0", "qcr.grid-b1k0", "qcr.uns", "qcr")}
+    assert ("train", "qcr.grid-b1k1", None) not in rows
+
+
 def test_disk_scales_what_grows_with_the_corpus_and_keeps_a_codebook_once():
     """BPR Table 1's DPR + PQ: 96 bytes a passage and a 786 KB codebook. Measured over 2,067 passages
     (1,001,486 bytes), a linear projection to the 21M gave 10.2 GB; with the codebook kept once, 2.0 GB
