@@ -6,6 +6,7 @@ labelled projected, with the hardware it was measured on.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -193,7 +194,7 @@ PAPERS_OWN = {
 
 
 def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str, Any]] = (),
-             other_datasets: bool = True, siblings: bool = True) -> list[dict[str, Any]]:
+             other_datasets: bool = True, siblings: bool = True, scaled: bool = True) -> list[dict[str, Any]]:
     """A projected row per job of the plan of ``cfg`` (same stage, id, dataset) measured under ``root``
     (this machine's rehearsal) or in ``ledger_records`` (:func:`harness.ledger.read`): one record per
     job, chosen by :func:`harness.ledger.pick`; each row names its ``source`` and says where the
@@ -201,7 +202,9 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     index and search job the DAG runs on a dataset where it was not measured, from the same job
     measured on another (``measured_on_dataset``). ``siblings``: also a row for each variant or
     ``@init`` job of a measured one that runs the same step on the same encoder shape
-    (:func:`sibling_of`; ``borrowed_from``)."""
+    (:func:`sibling_of`; ``borrowed_from``). ``scaled``: also a row for each variant job that differs
+    from its method's own measured job in its backbone alone, its seconds scaled by the backbones'
+    matmul parameters (:func:`backbone_scale`; ``scaled_by``: rough, never measured)."""
     from pathlib import Path
 
     from harness import ledger, plan
@@ -260,8 +263,105 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         row["borrowed_from"] = base
         row.pop("stale", None)  # said of the job measured, in its own row
         rows.append(row)
+    # a variant on another backbone (LightRetriever's other LLMs): the measured job's seconds x the
+    # ratio of the backbones' matmul parameters (forward FLOPs per token), said in the row
+    priced = {(r["stage"], r["job"], r["dataset"] or None): r for r in rows}
+    for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
+        if not scaled or key in priced:
+            continue
+        base, ratio, why = backbone_scale(p, job)
+        src = priced.get((job.stage, base, job.dataset)) if base else None
+        if src is None or src.get("borrowed_from"):
+            continue
+        ds = src.get("measured_on_dataset") or job.dataset
+        row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)))
+        if row.get("seconds") is not None:
+            row["seconds"] *= ratio
+        row["how"] += (f" (scaled from {job.stage} {base}'s per-unit cost" + (f" measured on {ds}" if ds != job.dataset else "")
+                       + f": {why}; not measured, memory and disk not projected)")
+        row.update(borrowed_from=base, scaled_by=round(ratio, 4), host_peak_gib=None, disk_gib=None)
+        row.pop("stale", None)
+        rows.append(row)
     _index_held(p, rows)
     return rows
+
+
+#: variant settings a backbone-scaled row lets differ beside the backbone (they split the same work otherwise)
+SCALED_SETTINGS = frozenset({"backbone", "grad_cache_chunk"})
+
+
+def backbone_scale(p: Any, job: Any) -> tuple[str | None, float, str]:
+    """(the method's own job of ``job``'s stage and dataset, the ratio of the two backbones' matmul
+    parameters, how) where ``job`` runs the same step on inputs of the same kinds with the same
+    parameters (but those naming it) and its model is a variant whose settings differ from the main
+    model's, among :data:`SHAPE_SETTINGS`, in its backbone (and :data:`SCALED_SETTINGS`) alone; a
+    forward pass costs about 2 x those parameters in FLOPs per token, so the measured job's seconds x
+    the ratio price it, roughly (attention's length term, memory-bound kernels and sub-batch sizes
+    aside). Each backbone's parameters are counted from its committed configuration
+    (``configs/backbones/``: the rehearsal's ``config:`` sources). (None, 1.0, why not) otherwise."""
+    from harness.errors import ConfigError
+
+    strip = lambda params: {k: v for k, v in params.items() if k not in _NAMING_PARAMS}  # noqa: E731
+    if INIT in job.id or job.id == job.method:
+        return None, 1.0, "not a variant"
+    try:
+        ref = p.job(job.stage, job.method, job.dataset)
+    except ConfigError:
+        return None, 1.0, f"no {job.stage} job {job.method}"
+    if ref.step != job.step or strip(ref.params) != strip(job.params) \
+            or {n: r.kind for n, r in ref.inputs.items()} != {n: r.kind for n, r in job.inputs.items()}:
+        return None, 1.0, f"another step than {job.stage} {job.method}'s"
+    differs = set(_shape_differences(p, job, ref))
+    if "backbone" not in differs or differs - SCALED_SETTINGS:
+        return None, 1.0, f"its variant sets {', '.join(sorted(differs)) or 'no shape setting'}"
+    mine, main = _model_settings(p, job) or {}, _model_settings(p, ref) or {}
+    a, b = _matmul_parameters(str(mine["backbone"])), _matmul_parameters(str(main["backbone"]))
+    if not a or not b:
+        return None, 1.0, "a backbone without a committed configuration"
+    return ref.id, a / b, (f"x {a / b:.2f}, the matmul parameters of {mine['backbone']} ({a / 1e9:.2f}B) over "
+                           f"{main['backbone']}'s ({b / 1e9:.2f}B): forward FLOPs per token")
+
+
+def _shape_differences(p: Any, job: Any, ref: Any) -> list[str]:
+    """The :data:`SHAPE_SETTINGS` in which the model ``job`` trains or reads differs from ``ref``'s."""
+    mine, main = _model_settings(p, job), _model_settings(p, ref)
+    if mine is None or main is None:
+        return []
+    return sorted(k for k in SHAPE_SETTINGS if mine.get(k) != main.get(k))
+
+
+def _model_settings(p: Any, job: Any) -> dict[str, Any] | None:
+    """The effective settings of the model ``job`` trains or reads (a variant: its method's section,
+    then ``variant_overrides``, then its own), None where it has none."""
+    from harness.errors import ConfigError
+
+    train = job
+    if job.stage != "train":
+        refs = [r for r in job.inputs.values() if r.kind == "model"]
+        if len(refs) != 1:
+            return None
+        try:
+            train = p.job("train", refs[0].id, None)
+        except ConfigError:
+            return None
+    sec = p.cfg["methods"].get(train.method) or {}
+    v = train.params.get("variant")
+    if v is None:
+        return dict(sec)
+    return {**sec, **(sec.get("variant_overrides") or {}), **((sec.get("variants") or {}).get(v) or {})}
+
+
+@functools.lru_cache(maxsize=None)
+def _matmul_parameters(backbone: str) -> int | None:
+    """Matmul parameters of ``backbone`` from its committed configuration (the rehearsal's source)."""
+    from harness.config import load_config
+    from harness.models import backbones
+
+    spec = (load_config([PAPER_CONFIG, REHEARSAL_CONFIG])["backbones"].get(backbone) or {}).get("source", "")
+    if not str(spec).startswith("config:"):
+        return None
+    config = backbones.load_config(backbone, spec.partition(":")[2])
+    return backbones.matmul_parameters(config, backbones.lm_class(config))
 
 
 #: settings that change the work of one unit (a training step's texts and their lengths, the
@@ -348,8 +448,10 @@ def _varied(p: Any, job: Any) -> tuple[str | None, str]:
         return None, f"other parameters than {job.stage} {base}'s"
     mine = {k: v for k, v in p.values(job).items() if ".variants." in k and isinstance(v, Mapping)}
     set_ = sorted({s for v in mine.values() for s in v})
-    if SHAPE_SETTINGS & set(set_):
-        return None, f"its variant sets {', '.join(sorted(SHAPE_SETTINGS & set(set_)))}"
+    # an index or search job hashes its model's variant settings through its input: compare the models'
+    shape = sorted(SHAPE_SETTINGS & set(set_)) or _shape_differences(p, job, ref)
+    if shape:
+        return None, f"its variant sets {', '.join(shape)}"
     if job.params.get("init"):
         return base, "the initial checkpoint: one step"
     if INIT in job.id:
@@ -447,7 +549,8 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
                      r["booked_gib"]) for r in rows if r.get("index_gib") is not None and r.get("booked_gib") is not None
                     and r["index_gib"] > r["booked_gib"]), key=lambda x: -x[1])
     return {"jobs": len(rows), "borrowed": sum(1 for r in rows if r.get("measured_on_dataset") and not r.get("borrowed_from")),
-            "siblings": sum(1 for r in rows if r.get("borrowed_from")), "under_booked": short,
+            "siblings": sum(1 for r in rows if r.get("borrowed_from") and not r.get("scaled_by")),
+            "scaled": sum(1 for r in rows if r.get("scaled_by")), "under_booked": short,
             "projected": len(known), "gpu_hours": gpu_h, "cpu_hours": cpu_h,
             "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": len(on_cpu),
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
@@ -546,11 +649,13 @@ def summary(t: Mapping[str, Any]) -> list[str]:
               + " (a folder's whole size: high where it holds a dump read from disk, as DensePhrases' does); on a "
                 "cluster that enforces its bookings book them at least their index: the profile's scheduler.mem_mb "
                 "('<stage> <job id>': MB)") if short else None
-    borrowed, sib = t.get("borrowed", 0), t.get("siblings", 0)
+    borrowed, sib, sc = t.get("borrowed", 0), t.get("siblings", 0), t.get("scaled", 0)
     also = ([f"{borrowed} index and search jobs projected from the same job measured on another dataset"] if borrowed else []) \
         + ([f"{sib} variant and @init jobs from the per-unit cost of the job they vary (or of another "
-            f"variant's, whose models differ in training alone), the same step on the same encoder shape"] if sib else [])
-    return [f"jobs measured: {t['jobs'] - borrowed - sib}" + (f" (and {'; '.join(also)})" if also else "")
+            f"variant's, whose models differ in training alone), the same step on the same encoder shape"] if sib else []) \
+        + ([f"{sc} variant jobs on another backbone scaled from their method's measured job by the backbones' "
+            f"matmul parameters: rough, never measured"] if sc else [])
+    return [f"jobs measured: {t['jobs'] - borrowed - sib - sc}" + (f" (and {'; '.join(also)})" if also else "")
             + f"; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
             + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "
                f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists; an HNSW "

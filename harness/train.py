@@ -175,22 +175,30 @@ def cpu_has_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def resolve_precision(precision: str, device: str, key: str = "precision") -> str:
+    """The precision a job runs at on ``device``: ``precision`` (fp32 | fp16 | bf16), or where the
+    machine lacks it and the job may fall back (``device_fallback``, recorded in meta.json) fp32.
+    fp16 off CUDA fails naming ``key``; bf16 on a CPU without a bf16 matmul runs (emulated) unless
+    the job may fall back."""
+    from harness.cost import fallback
+
+    if precision == "fp16" and device != "cuda":
+        if not fallback(f"{key} fp16 -> fp32: fp16 needs device cuda"):
+            raise ConfigError(f"{key}: fp16 needs device: cuda", fix=f"use {key}: bf16 or fp32 on the CPU")
+        return "fp32"
+    if precision == "bf16" and device != "cuda" and not cpu_has_bf16():
+        # without AVX512-BF16/AMX (an AVX2 CPU, or oneDNN capped at AVX2) a bf16 matmul is emulated: a
+        # Llama-shaped linear took 4.5x its fp32 time; where the job may fall back (the rehearsal), fp32
+        if fallback(f"{key} bf16 -> fp32: this CPU has no bf16 matmul (oneDNN)"):
+            return "fp32"
+    return precision
+
+
 def _accelerator(ts: TrainSettings, device: str):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
-    from harness.cost import fallback
-
-    precision = ts.precision
-    if precision == "fp16" and device != "cuda":
-        if not fallback("precision fp16 -> fp32: fp16 needs device cuda"):
-            raise ConfigError("precision: fp16 needs device: cuda", fix="use precision: bf16 or fp32 on the CPU")
-        precision = "fp32"
-    if precision == "bf16" and device != "cuda" and not cpu_has_bf16():
-        # without AVX512-BF16/AMX (an AVX2 CPU, or oneDNN capped at AVX2) a bf16 matmul is emulated: a
-        # Llama-shaped linear took 4.5x its fp32 time; where the job may fall back (the rehearsal), fp32
-        if fallback("precision bf16 -> fp32: this CPU has no bf16 matmul (oneDNN)"):
-            precision = "fp32"
+    precision = resolve_precision(ts.precision, device)
     # accelerate keeps its state in process-wide singletons; each run sets its own device/precision
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()

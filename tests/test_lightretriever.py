@@ -178,12 +178,13 @@ def tiny_llama(tmp_path_factory, cfg):
 INSTR = "Given a question, retrieve Wikipedia passages that answer the question"
 
 
-def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, tiny_llama):
+@pytest.fixture(scope="module")
+def lora_trained(tmp_path_factory, cfg, tiny_llama):
+    """The tiny Llama trained with LoRA on the smoke fixture: (config, data folder, model folder, train info)."""
     from harness.datasets import prepare as prepare_dataset
     from harness.io import write_jsonl
-    from harness.methods.base import Context
-    from harness.job import Job
 
+    tmp_path = tmp_path_factory.mktemp("lora-trained")
     c = copy.deepcopy(cfg)
     c["backbones"]["tiny-llama"] = {"source": f"path:{tiny_llama}", "has_mlm_head": False}
     c["methods"]["lightretriever"].update(backbone="tiny-llama", lora={"r": 4, "alpha": 8, "dropout": 0.1},
@@ -201,6 +202,14 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, t
     model_dir.mkdir()
     info = lr.train(c, s, {"decontam": decontam, "data_smoke": data, "negatives_smoke": tmp_path / "negs.jsonl"},
                     model_dir)
+    return c, data, model_dir, info
+
+
+def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, lora_trained):
+    from harness.methods.base import Context
+    from harness.job import Job
+
+    c, data, model_dir, info = lora_trained
     assert info["training_sets"]["smoke"]["after_decontam_and_sample"] == 24
     n_lora = info["trainable_parameters"]
     assert 0 < n_lora < sum(p.numel() for p in lr.LightModel.load(model_dir).lm.parameters()) / 5   # LoRA only
@@ -247,6 +256,52 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, cfg, t
         want = torch.nn.functional.normalize(query_vector(full, searcher.qrows).float(), dim=-1).numpy()
     assert searcher.info["table_rows"] == len({t for r in searcher.qrows for t in r}) < full.num_embeddings
     assert np.allclose(searcher.qvec_light, want, atol=1e-5)
+
+
+def test_encode_precision_bf16_encodes_the_corpus_and_queries_under_autocast(tmp_path, lora_trained):
+    """``encode_precision: bf16``: the index's vectors are the fp32 ones to bf16's rounding (other bits,
+    the same directions), recorded in the index's and the search's info; fp16 off CUDA is refused naming
+    the key, or falls back to fp32 (recorded) where the job may (the rehearsal)."""
+    from harness import cost
+    from harness.errors import ConfigError
+    from harness.indexes.faiss_dense import DenseFaissIndex
+    from harness.job import Job
+    from harness.methods.base import Context
+    from harness.methods.lightretriever.index import DENSE_DIR
+    from harness.models.runtime import encode_autocast
+
+    c, data, model_dir, _ = lora_trained
+    job = Job("index", "lightretriever", "lightretriever", "build", params={"variant": None, "sparse": False})
+    vecs, infos = {}, {}
+    for precision in ("fp32", "bf16"):
+        ci = _cfg_with(c, encode_precision=precision)
+        out = tmp_path / precision
+        out.mkdir()
+        infos[precision] = lr.build(Context(ci, "lightretriever", "smoke-ir"), job, {"data": data, "model": model_dir}, out)
+        idx = DenseFaissIndex.load(out / DENSE_DIR, "Flat").index
+        vecs[precision] = idx.reconstruct_n(0, idx.ntotal)
+    assert [infos[p]["encode_precision"] for p in ("fp32", "bf16")] == ["fp32", "bf16"]
+    a, b = vecs["fp32"], vecs["bf16"]
+    assert a.shape == b.shape and a.dtype == b.dtype == np.float32
+    assert not np.array_equal(a, b)   # bf16 ran: other bits
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert cos.min() > 0.98, cos.min()
+    # the search's query encoders run under it too
+    from harness.methods.lightretriever.search import Searcher
+
+    sjob = lr.search_job(c, "lightretriever", "smoke-ir")
+    searcher = Searcher(_cfg_with(c, encode_precision="bf16"), sjob, {"data": data, "model": model_dir, "index": tmp_path / "bf16"})
+    assert searcher.info["encode_precision"] == "bf16"
+    assert isinstance(searcher.autocast, torch.autocast)
+    # fp16 off CUDA: refused naming the key, or fp32 under device_fallback (recorded)
+    with pytest.raises(ConfigError, match="encode_precision: fp16 needs device: cuda"):
+        encode_autocast({"encode_precision": "fp16"}, "cpu")
+    cost.allow_fallbacks(True)
+    try:
+        ctx, got = encode_autocast({"encode_precision": "fp16"}, "cpu")
+        assert got == "fp32" and "encode_precision fp16 -> fp32: fp16 needs device cuda" in cost.fallbacks()
+    finally:
+        cost.allow_fallbacks(False)
 
 
 def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cfg, tiny_llama):

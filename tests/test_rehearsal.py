@@ -524,7 +524,8 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
     assert [r.split("\t")[6] for r in rows[1:]] == ["150.0", "250.0"]  # the schedule's stages, K up to the paper's last
     lr = json.loads((tmp_path / "rehearsal" / "models" / "lightretriever" / "meta.json").read_text())
     assert lr["config_values"]["methods.lightretriever.lora"] == {"r": 16, "alpha": 32, "dropout": 0.1}
-    assert lr["config_values"]["methods.lightretriever.grad_cache_chunk"] == 2  # its GradCache path ran
+    assert lr["grad_cache_chunk"] == 2  # its GradCache path ran (a runtime setting: no hash covers it)
+    assert "methods.lightretriever.grad_cache_chunk" not in lr["config_values"]
 
 
 def test_config_source_weights_come_from_the_configs_seed_not_the_jobs_random_stream(tmp_path):
@@ -835,6 +836,61 @@ def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model
     assert ref["seconds"] > 0 and not ref.get("borrowed_from")
     assert not {k for k in rows if k[1] in ("qcr.grid-b0k0", "qcr.grid-b1k0", "qcr.uns", "qcr")}
     assert ("train", "qcr.grid-b1k1", None) not in rows
+
+
+def test_a_variant_on_another_backbone_is_scaled_from_its_methods_job_by_the_backbones_matmul_parameters(tmp_path):
+    """LightRetriever's other LLMs (Tables 2, 8-10) run its step on another backbone: a measured
+    Llama-3.2-1B job prices each at its seconds x the ratio of the backbones' matmul parameters (counted
+    from configs/backbones on the meta device), said to be rough and unmeasured, with no memory or disk
+    projected; a variant that also changes another shape setting, or none, is not scaled."""
+    import json
+
+    from harness import cost, estimate, plan
+    from harness.config import load_config
+    from harness.models import backbones
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    p = plan.get(paper)
+
+    def count(name):
+        c = backbones.load_config(name, name)
+        return backbones.matmul_parameters(c, backbones.lm_class(c))
+
+    eight, one = count("llama31-8b"), count("llama32-1b")
+    assert 7.4e9 < eight < 7.6e9 and 1.2e9 < one < 1.3e9   # the 8B's untied LM head counted, its embedding table not
+    base, ratio, why = estimate.backbone_scale(p, p.job("train", "lightretriever.llama-8b", None))
+    assert base == "lightretriever" and ratio == pytest.approx(eight / one) and "llama31-8b (7.50B)" in why
+    assert estimate.backbone_scale(p, p.job("index", "lightretriever.qwen-7b", "scifact"))[0] == "lightretriever"
+    # never priced as the same encoder shape (an index or search job hashes its model's variant through its input)
+    assert estimate.sibling_of(p, p.job("index", "lightretriever.qwen-7b", "scifact")) == \
+        (None, "its variant sets backbone, grad_cache_chunk")
+    assert estimate.backbone_scale(p, p.job("train", "lightretriever.nokl", None)) == \
+        (None, 1.0, "its variant sets no shape setting")
+    assert estimate.backbone_scale(p, p.job("train", "lightretriever", None))[0] is None   # the measured job itself
+    assert estimate.backbone_scale(p, p.job("train", "qcr.uns", None))[0] is None   # Contriever, and generated queries
+
+    cost.allow_fallbacks(False)
+    for folder, meta in {"models/lightretriever": {"kind": "model", "job": "lightretriever",
+                                                   "cost": cost.record("train", {"steps": 2}, 30.0), "bytes": 10**6},
+                         "indexes/lightretriever/scifact": {"kind": "index", "job": "lightretriever", "dataset": "scifact",
+                                                            "bytes": 10**6, "cost": cost.record("index", {"documents": 500}, 10.0)}}.items():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "meta.json").write_text(json.dumps(meta))
+    rows = {(r["stage"], r["job"], r["dataset"]): r for r in estimate.estimate(paper, tmp_path, other_datasets=False)}
+    main, big = rows["train", "lightretriever", ""], rows["train", "lightretriever.llama-8b", ""]
+    assert big["scaled_by"] == pytest.approx(eight / one, rel=1e-3) and big["borrowed_from"] == "lightretriever"
+    units = estimate.paper_units(paper, p.job("train", "lightretriever.llama-8b", None))[0]
+    assert big["seconds"] == pytest.approx(15.0 * units * eight / one)
+    assert "not measured, memory and disk not projected" in big["how"] and big["disk_gib"] is None and big["host_peak_gib"] is None
+    assert rows["index", "lightretriever.qwen-1b5", "scifact"]["seconds"] == pytest.approx(
+        rows["index", "lightretriever", "scifact"]["seconds"] * count("qwen25-1b5") / one)
+    assert rows["train", "lightretriever.nokl", ""]["borrowed_from"] == "lightretriever"   # a sibling: the same shape
+    assert not rows["train", "lightretriever.nokl", ""].get("scaled_by") and main["seconds"] > 0
+    t = estimate.totals(list(rows.values()), 8)
+    assert t["scaled"] == sum(1 for r in rows.values() if r.get("scaled_by")) == 12   # 6 LLMs x (train, scifact index)
+    assert estimate.summary(t)[0].count("12 variant jobs on another backbone scaled") == 1
+    assert estimate.estimate(paper, tmp_path, other_datasets=False, scaled=False)[0]   # and off
+    assert not [r for r in estimate.estimate(paper, tmp_path, other_datasets=False, scaled=False) if r.get("scaled_by")]
 
 
 def test_disk_scales_what_grows_with_the_corpus_and_keeps_a_codebook_once():

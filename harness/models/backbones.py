@@ -125,6 +125,18 @@ def parameters_of(config, cls: Any = None) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def matmul_parameters(config, cls: Any = None) -> int:
+    """Weights of the linear layers of ``cls`` (default AutoModel) built from ``config`` on the meta
+    device (no memory), an LM head tied to the input embeddings included (it is still a matmul): a
+    forward pass costs about twice this many FLOPs per token (attention's length term aside)."""
+    import torch
+    from transformers import AutoModel
+
+    with torch.device("meta"):
+        model = (cls or AutoModel).from_config(config)
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
 def _random(cls: Any, name: str, spec: Mapping[str, Any], seed: int) -> Any:
     """``cls`` built from the committed configuration with random weights (transformers' own
     initialisation) drawn from ``seed`` (the config's) apart from the job's random stream, so that a

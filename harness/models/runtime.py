@@ -32,6 +32,26 @@ def encode_device(section: Mapping[str, Any] | None) -> str:
     return resolve_device(str((section or {}).get("device", "cpu")))
 
 
+def encode_autocast(section: Mapping[str, Any] | None, device: str):
+    """The context an index or search job encodes in: autocast to the section's ``encode_precision``
+    (fp32: none; bf16 on CUDA or on a CPU with a bf16 matmul; fp16 on CUDA), resolved as training
+    resolves ``precision`` (:func:`harness.train.resolve_precision`: where the machine lacks it, a
+    job under ``device_fallback`` encodes in fp32, recorded in meta.json). Returns (context, the
+    precision it runs at). Vectors leave the encoders as float32 either way."""
+    import contextlib
+
+    import torch
+
+    from harness.train import resolve_precision
+
+    want = str((section or {}).get("encode_precision", "fp32"))
+    got = resolve_precision(want, device, "encode_precision")
+    if got == "fp32":
+        return contextlib.nullcontext(), got
+    dtype = torch.bfloat16 if got == "bf16" else torch.float16
+    return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=dtype), got
+
+
 def quiet_transformers() -> None:
     from transformers.utils import logging
 

@@ -16,7 +16,7 @@ from harness.datasets import store
 from harness.indexes import pyserini_env
 from harness.methods.lightretriever.model import LightModel, doc_text
 from harness.methods.lightretriever.settings import settings
-from harness.models.runtime import encode_device, torch_for
+from harness.models.runtime import encode_autocast, encode_device, torch_for
 from harness.progress import batches
 from harness.recording import merged
 
@@ -82,15 +82,18 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
     from harness.meta import folder_bytes
 
     s = settings(cfg)
-    model = LightModel.load(inputs["model"], encode_device(s))
+    device = encode_device(s)
+    model = LightModel.load(inputs["model"], device)
+    autocast, precision = encode_autocast(s, device)
     if sparse:
         pyserini_env.start_jvm()  # the JVM the impact index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)
     ms = model.s
     docs = list(store.iter_corpus(inputs["data"]))
     t0 = time.perf_counter()
-    dense, sp, truncated = encode_corpus(model, merged(s, {k: ms[k] for k in ("dense_doc", "sparse_doc")}),
-                                         [doc_text(d) for d in docs], sparse=sparse)
+    with autocast:
+        dense, sp, truncated = encode_corpus(model, merged(s, {k: ms[k] for k in ("dense_doc", "sparse_doc")}),
+                                             [doc_text(d) for d in docs], sparse=sparse)
     t_enc = time.perf_counter() - t0
     ids = [d.id for d in docs]
     spec = s["index"]
@@ -100,7 +103,8 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
     write_docids(out / DENSE_DIR, ids)
     info: dict[str, Any] = {"spec": spec, "documents": len(docs), "dim": int(dense.shape[1]),
                             "truncated_documents": truncated, "p_max_len": int(s["p_max_len"]),
-                            "encode_seconds": round(t_enc, 3), "dense_bytes": int(index.nbytes)}
+                            "encode_seconds": round(t_enc, 3), "encode_precision": precision,
+                            "dense_bytes": int(index.nbytes)}
     if sparse:
         scale = float(s["impact_scale"])
         t1 = time.perf_counter()

@@ -16,7 +16,7 @@ from harness.datasets import store
 from harness.methods.lightretriever.index import DENSE_DIR, SPARSE_DIR, SPARSE_NPZ, impacts
 from harness.methods.lightretriever.model import LightModel
 from harness.methods.lightretriever.settings import NAME, instruction_for, model_id, settings, systems_of
-from harness.models.runtime import encode_device, torch_for
+from harness.models.runtime import encode_autocast, encode_device, torch_for
 from harness.recording import merged
 
 
@@ -104,7 +104,9 @@ class Searcher:
         self.index_dir = inputs["index"]
         queries = store.read_queries(inputs["data"], split)
         self.qids, self.k = [q.id for q in queries], int(cfg["evaluate"]["depth"])
-        self.model = LightModel.load(inputs["model"], encode_device(s))
+        device = encode_device(s)
+        self.model = LightModel.load(inputs["model"], device)
+        self.autocast, precision = encode_autocast(s, device)   # the queries' encoders (table, full size)
         self.ms = ms = self.model.s
         self.instr = instruction_for(merged(s, {"instruction": ms["instruction"]}), str(job.dataset))
         self.kinds = {kk: sid for kk, sid in systems_of(s, v).items() if sid in job.systems} if split == "test" else \
@@ -118,23 +120,24 @@ class Searcher:
         self.docids = read_docids(inputs["index"] / DENSE_DIR, expect=self.index.ntotal)
         self.meta = {"dataset": job.dataset, "split": split, "depth": self.k, "instruction": self.instr,
                      "empty_queries": empty}
-        self.info: dict[str, Any] = {"queries": len(queries), "empty_queries": empty}
+        self.info: dict[str, Any] = {"queries": len(queries), "empty_queries": empty, "encode_precision": precision}
         self.qvec_light = self.qsp = None
         self.docs_sp = self.docvecs = None   # Figure 5's inputs, loaded once for all its systems
 
     def write_runs(self, systems: Sequence[str], out: Path) -> dict[str, Any]:
         """The runs of ``systems`` in ``out`` (``<system>.trec``); info for meta.json."""
-        if "dense" in self.kinds:
-            self.dense(out)
-        if "base" in self.kinds:
-            self.base(out)
-        if "sparse" in self.kinds:
-            self.sparse(out)
-        for system in systems:
-            if f"{NAME}.topk" in system:        # Figure 5: documents' top-k sparse terms, exact dot products
-                self.topk(system, out)
-            elif "-d" in system and system.startswith(model_id(self.v) + "-d"):   # MRL dims
-                self.mrl(system, out)
+        with self.autocast:
+            if "dense" in self.kinds:
+                self.dense(out)
+            if "base" in self.kinds:
+                self.base(out)
+            if "sparse" in self.kinds:
+                self.sparse(out)
+            for system in systems:
+                if f"{NAME}.topk" in system:        # Figure 5: documents' top-k sparse terms, exact dot products
+                    self.topk(system, out)
+                elif "-d" in system and system.startswith(model_id(self.v) + "-d"):   # MRL dims
+                    self.mrl(system, out)
         return self.info
 
     def dense(self, out: Path) -> None:
@@ -245,6 +248,7 @@ class Retriever:
         self.s = s = settings(cfg)
         torch_for(s)
         self.model = LightModel.load(Path(model_dir))
+        self.autocast, _ = encode_autocast(s, "cpu")   # the search job's query encoders, on the CPU
         try:
             self.instr = instruction_for({**s, "instruction": self.model.s["instruction"]}, str(dataset))
         except ConfigError:  # an evaluation set's instruction is a search setting: no model or index records it
@@ -264,9 +268,11 @@ class Retriever:
 
         qrows = self.model.ids(list(texts), int(self.s["q_max_len"]))
         if self.model.s["dense_query"] == "full":
-            return _full_queries(self.model, self.s, self.instr, qrows)
+            with self.autocast:
+                return _full_queries(self.model, self.s, self.instr, qrows)
         if self._table is None:
-            self._table = self.model.cache_table(self.instr)
+            with self.autocast:
+                self._table = self.model.cache_table(self.instr)
         with torch.inference_mode():
             return torch.nn.functional.normalize(query_vector(self._table, qrows).float(), dim=-1).numpy()
 
