@@ -135,7 +135,8 @@ def test_affects_narrows_map_fields_and_refuses_an_artifact_no_field_lists():
 
     assert affects("bpr", "index.baseline", at={"dpr_baselines": "hnsw"}) == (
         "methods.bpr.baseline_train_size", "methods.bpr.dpr_baselines.hnsw")
-    assert affects("lightretriever", "search", at={"instructions": "nq"})[0] == "methods.lightretriever.impact_scale"
+    assert affects("lightretriever", "search", at={"instructions": "nq"})[:2] == (
+        "methods.lightretriever.encode_precision", "methods.lightretriever.impact_scale")
     assert "methods.lightretriever.instructions.nq" in affects("lightretriever", "search", at={"instructions": "nq"})
     assert affects("reader", "measure.em") == ("reader.max_test_questions", "reader.systems", "reader.top_k")
     with pytest.raises(ConfigError, match="index.hsh"):
