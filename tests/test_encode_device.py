@@ -83,6 +83,7 @@ def test_an_index_job_encodes_on_its_sections_device(models, tmp_path, method):
         cost.allow_fallbacks(False)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_encodings_on_the_gpu_equal_the_cpus(models):
     ctx, model = models["dpr"]
@@ -123,6 +124,7 @@ def test_lightretrievers_and_densephrases_jobs_ask_for_their_sections_device(tmp
         step(ctx, job, inputs, tmp_path / "out")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_lightretriever_and_densephrases_encodings_on_the_gpu_equal_the_cpus(tmp_path):
     """The untrained models of the default profile, saved and loaded on each device: the corpus
@@ -146,3 +148,28 @@ def test_lightretriever_and_densephrases_encodings_on_the_gpu_equal_the_cpus(tmp
     dp.PhraseModel.from_backbone(cfg, s).save(tmp_path / "dp")
     qs = {d: dp.PhraseModel.load(s, tmp_path / "dp", d).index_queries(texts, 2) for d in ("cpu", "cuda")}
     assert all(np.allclose(a, b, atol=1e-3) for a, b in zip(qs["cpu"], qs["cuda"]))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_lightretriever_encodes_under_bf16_autocast_on_the_gpu_close_to_fp32():
+    """``encode_precision: bf16`` on CUDA (the paper profile's): the corpus vectors are the fp32 ones
+    to bf16's rounding, float32 on the way out."""
+    from harness.methods import lightretriever as lr
+    from harness.methods.lightretriever.index import encode_corpus
+    from harness.models.runtime import encode_autocast
+
+    cfg = load_config([])
+    texts = ["the cat sat on the mat", "a dense retriever for open-domain questions", "phrases index"]
+    s = lr.settings(cfg)
+    model = lr.LightModel.from_backbone(cfg, s)
+    model.lm.eval().to("cuda")
+    got = {}
+    for precision in ("fp32", "bf16"):
+        ctx, used = encode_autocast({"encode_precision": precision}, "cuda")
+        assert used == precision
+        with ctx:
+            got[precision] = encode_corpus(model, s, texts, sparse=False)[0]
+    a, b = got["fp32"], got["bf16"]
+    assert b.dtype == np.float32 and not np.array_equal(a, b)
+    assert ((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min() > 0.98
