@@ -190,6 +190,46 @@ def test_code_strings_and_their_errors():
         qcr.code_strings(np.zeros((2, 3), int), ["d1", "d2"], k=2, size=27, positional=True)
 
 
+def test_a_code_index_streams_its_strings_to_lucene(tmp_path, monkeypatch):
+    """At the paper's scale (8.8M passages x K 250) a corpus's code strings are ~20 GB of Python
+    strings: the index build hands Lucene one string at a time (an iterator, every row checked before
+    the first), so the build holds a few rows' strings, not the corpus's; the strings are code_strings'.
+    The codes themselves are uint16 for the paper's 3,125-code book (half of int32)."""
+    import tracemalloc
+
+    from harness.methods.qcr import index as qindex
+    from harness.methods.qcr.model import code_dtype
+
+    rng = np.random.default_rng(0)
+    n, k, size = 20_000, 250, 3125
+    codes = rng.integers(0, size, (n, k)).astype(code_dtype(size))
+    assert codes.dtype == np.uint16 and code_dtype(5 ** 7) == np.uint32
+    ids = [f"d{i}" for i in range(n)]
+    total = sum(len(x) for x in qindex.iter_code_strings(codes, ids, k=k, size=size, positional=True))
+    seen = {}
+
+    def consume(spec, payload, **options):   # what Anserini's input writer does: one row at a time
+        seen["sequence"] = isinstance(payload, (list, tuple))
+        tracemalloc.start()
+        for i, (docid, text) in enumerate(payload):
+            if i < 2:
+                seen.setdefault("first", []).append((docid, text))
+        seen["peak"] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        seen["rows"] = i + 1
+
+    monkeypatch.setattr(qindex, "build_index", consume)
+    strings = qindex.iter_code_strings(codes, ids, k=k, size=size, positional=True)
+    info = qindex.build_lucene("lucene:pretokenized", ids, strings, tmp_path, {"k1": 0.9, "b": 0.4})
+    assert info["documents"] == seen["rows"] == n and not seen["sequence"]
+    assert seen["first"] == list(zip(ids[:2], qindex.code_strings(codes[:2], ids[:2], k=k, size=size, positional=True)))
+    assert seen["peak"] < total / 5, (seen["peak"], total)   # ~5 MB, against 46 MB of strings held at once
+    with pytest.raises(DataError, match="d7: code id 3125 outside the codebook"):   # checked before any row is given
+        bad = codes.copy()
+        bad[7, 3] = size
+        next(qindex.iter_code_strings(bad, ids, k=k, size=size, positional=True))
+
+
 def test_batch_schedule_follows_the_stages_and_never_repeats_a_document():
     pairs = [(f"q{i}", f"d{i % 5}") for i in range(20)]
     s = qcr.BatchSchedule(pairs, [{"steps": 2, "batch_size": 3, "codes": 4}, {"steps": 3, "batch_size": 5, "codes": 8}],

@@ -4,7 +4,7 @@ no-position ablation built from a code index's ``codes.npy``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +26,44 @@ def code_strings(codes: np.ndarray, ids: Sequence[str], *, k: int, size: int, po
                  prefix: str = "c") -> list[str]:
     """Whitespace-joined code tokens per row (``0_c52 1_c113 ...`` or ``c52 c113 ...``); a row whose
     code count differs from ``k`` or holding an id outside ``[0, size)`` fails with its id."""
+    return list(iter_code_strings(codes, ids, k=k, size=size, positional=positional, prefix=prefix))
+
+
+def iter_code_strings(codes: np.ndarray, ids: Sequence[str], *, k: int, size: int, positional: bool,
+                      prefix: str = "c", rows: int = 256) -> Iterator[str]:
+    """:func:`code_strings` one row at a time, every row checked before the first is given: a
+    corpus's strings (8.8M passages x K 250 on MS MARCO: about 20 GB of Python strings) are never
+    held at once; the Lucene build writes each as it comes."""
     codes = np.asarray(codes)
+    _check_codes(codes, ids, k=k, size=size)
+    for a in range(0, len(codes), rows):
+        block = codes[a:a + rows].tolist()
+        if positional:
+            yield from (" ".join(f"{i}_{prefix}{c}" for i, c in enumerate(row)) for row in block)
+        else:
+            yield from (" ".join(f"{prefix}{c}" for c in row) for row in block)
+
+
+def _check_codes(codes: np.ndarray, ids: Sequence[str], *, k: int, size: int) -> None:
     if codes.ndim != 2 or codes.shape[0] != len(ids):
         raise DataError(f"codes of shape {codes.shape} for {len(ids)} texts")
     if k and codes.shape[1] != k:
         raise DataError(f"{ids[0] if ids else '?'}: {codes.shape[1]} codes per text, the model writes K = {k}",
                         fix="rebuild the index with the current model")
-    bad = np.nonzero((codes < 0) | (codes >= size))[0]
-    if len(bad):
+    if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= size):   # no [N, K] temporary unless one is bad
+        bad = np.nonzero(((codes < 0) | (codes >= size)).any(axis=1))[0]
         raise DataError(f"{ids[bad[0]]}: code id {int(codes[bad[0]].max())} outside the codebook [0, {size})")
-    if positional:
-        return [" ".join(f"{i}_{prefix}{c}" for i, c in enumerate(row)) for row in codes.tolist()]
-    return [" ".join(f"{prefix}{c}" for c in row) for row in codes.tolist()]
 
 
-def with_words(code_texts: Sequence[str], texts: Sequence[str]) -> list[str]:
+def with_words(code_texts: Iterable[str], texts: Sequence[str]) -> list[str]:
     """Codes and the Lucene-analysed words of each text in one pre-tokenized string ("w/ words")."""
     return [f"{c} {' '.join(w)}".strip() for c, w in zip(code_texts, analyze_words(list(texts)))]
 
 
-def build_lucene(spec: str, ids: Sequence[str], texts: Sequence[str], out: Path, s: Mapping[str, Any]) -> dict[str, Any]:
+def build_lucene(spec: str, ids: Sequence[str], texts: Iterable[str], out: Path, s: Mapping[str, Any]) -> dict[str, Any]:
+    """The Lucene index of ``texts`` (an iterable: each is written to Anserini's input as it comes)."""
     t0 = time.perf_counter()
-    build_index(spec, list(zip(ids, texts)), out=out / LUCENE_DIR, k1=s["k1"], b=s["b"])
+    build_index(spec, zip(ids, texts), out=out / LUCENE_DIR, k1=s["k1"], b=s["b"])
     return {"spec": spec, "documents": len(ids), "build_seconds": round(time.perf_counter() - t0, 4)}
 
 
@@ -57,7 +73,8 @@ def load_lucene(folder: Path, s: Mapping[str, Any]):
 
 def load_codes(folder: Path, *, allow_pickle: bool = False) -> tuple[np.ndarray, list[str]]:
     """The corpus codes of a built code index (``codes.npy``) and its doc ids, row counts checked."""
-    codes = np.load(Path(folder) / CODES_FILE, allow_pickle=allow_pickle)
+    # memory-mapped: a search reads the rows it rescores (8.8M x 250 codes are 4.4 GB in uint16)
+    codes = np.load(Path(folder) / CODES_FILE, allow_pickle=allow_pickle, mmap_mode=None if allow_pickle else "r")
     return codes, read_docids(folder, expect=len(codes))
 
 
@@ -75,7 +92,7 @@ def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path)
     write_docids(out, [d.id for d in docs])
     ms = model.s
     ids = [d.id for d in docs]
-    strings = code_strings(codes, ids, k=codes_k(ms), size=codebook_size(ms["levels"]), positional=s["positional"])
+    strings = iter_code_strings(codes, ids, k=codes_k(ms), size=codebook_size(ms["levels"]), positional=s["positional"])
     info = build_lucene(s["index"], ids, strings, out, s)
     u = usage(codes.ravel(), codebook_size(ms["levels"]))
     return {**info, "encode_seconds": round(t_enc, 4), "K": int(codes.shape[1]), "positional": s["positional"],
@@ -83,13 +100,14 @@ def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path)
             "unique_code_fraction": float(np.mean([len(set(r)) / len(r) for r in codes.tolist()])) if len(codes) else 0.0}
 
 
-def source_strings(source: Path, positional: bool, kmeans: bool) -> tuple[list[str], list[str]]:
-    """Doc ids and code strings of a built code index (k-means: ``k<id>`` per token, no positions)."""
+def source_strings(source: Path, positional: bool, kmeans: bool) -> tuple[list[str], Iterable[str]]:
+    """Doc ids and code strings of a built code index (k-means: ``k<id>`` per token, no positions),
+    the strings given one at a time."""
     codes, ids = load_codes(source, allow_pickle=kmeans)
     if kmeans:
-        return ids, [" ".join(f"k{c}" for c in row) for row in codes]
-    return ids, code_strings(codes, ids, k=codes.shape[1], size=int(codes.max()) + 1 if codes.size else 1,
-                             positional=positional)
+        return ids, (" ".join(f"k{c}" for c in row) for row in codes)
+    return ids, iter_code_strings(codes, ids, k=codes.shape[1], size=int(codes.max()) + 1 if codes.size else 1,
+                                  positional=positional)
 
 
 def words_index(s: Mapping[str, Any], source: Path, data_dir: Path, out: Path, *, kmeans: bool

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError
-from harness.methods.qcr.settings import ENCODER_DIR, FSQ_VERSION, MODEL_FILE, codes_k, max_codes
+from harness.methods.qcr.settings import ENCODER_DIR, FSQ_VERSION, MODEL_FILE, codebook_size, codes_k, max_codes
 from harness.models.backbones import load_encoder, load_tokenizer
 from harness.models.runtime import quiet_transformers, torch_for
 from harness.recording import snapshot
@@ -26,6 +26,11 @@ def prequant(fsq, z):
     offset = torch.where(fsq._levels % 2 == 0, 0.5, 0.0).to(z.dtype)
     shift = torch.atanh(offset / half_l)
     return (torch.tanh(z + shift) * half_l - offset) / (fsq._levels // 2).to(z.dtype)
+
+
+def code_dtype(size: int) -> np.dtype:
+    """The smallest unsigned integer type that holds code ids ``[0, size)``."""
+    return np.dtype(np.uint16 if size <= 1 << 16 else np.uint32)
 
 
 def code_ids(fsq, pre):
@@ -117,16 +122,18 @@ class QCRModel:
         return prequant(self.fsq, self.proj(h).float())
 
     def encode(self, texts: Sequence[str | tuple[str, str]], max_len: int, batch_size: int = 64) -> np.ndarray:
-        """Code ids [N, K] (K = the last stage's), inference mode."""
+        """Code ids [N, K] (K = the last stage's), inference mode, in the smallest integer type that holds
+        the codebook (uint16 for the paper's 3,125 codes: 4.4 GB for 8.8M passages x K 250, not 8.8 GB
+        in int32), filled batch by batch (never a list of batches beside their concatenation)."""
         torch = torch_for(self.s)
         k = codes_k(self.s)
         self.encoder.eval()
-        out = []
+        out = np.zeros((len(texts), k), code_dtype(codebook_size(self.s["levels"])))
         with torch.inference_mode():
             for i in range(0, len(texts), batch_size):
                 ids, mask = self.batch(texts[i:i + batch_size], k, max_len)
-                out.append(code_ids(self.fsq, self.pre(ids, mask, k)).cpu().numpy())
-        return np.concatenate(out).astype(np.int32) if out else np.zeros((0, k), np.int32)
+                out[i:i + batch_size] = code_ids(self.fsq, self.pre(ids, mask, k)).cpu().numpy()
+        return out
 
 
 #: the most float32 distances Eq. 3 or the entropy loss holds at once (512 MB). Above it the loss runs
