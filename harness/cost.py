@@ -224,6 +224,13 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
         if stage == "index" and _START["work"] is not None and _START["job"] is not None:
             fixed = min(max(0.0, _START["work"] - _START["job"]), seconds)
             out.update(seconds_per_unit=(seconds - fixed) / units, fixed_seconds=round(fixed, 3), pricing="steady")
+        docs, corpus_s = info.get("corpus_documents"), info.get("corpus_seconds")
+        if stage == "search" and isinstance(docs, int) and docs > 0 and isinstance(corpus_s, (int, float)):
+            # a search that encodes and indexes its corpus itself (BPR's train variants): that part grows
+            # with the corpus, the rest with the queries (python -m harness estimate prices both)
+            corpus_s = min(float(corpus_s), seconds)
+            out.update(seconds_per_unit=(seconds - corpus_s) / units, corpus_documents=docs,
+                       corpus_seconds_per_1k=corpus_s / (docs / 1000), pricing="corpus + queries")
         each = _STEPS["first"] + _STEPS["later"]  # in order: a schedule's stages are priced one by one
         if stage == "train" and 2 <= len(each) <= MAX_STEPS_KEPT:
             out["each_step_seconds"] = [round(x, 4) for x in each]

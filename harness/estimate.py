@@ -145,6 +145,10 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
         out["seconds"], out["how"], out["pricing"] = staged[0], f"{how}: {staged[1]}", "per stage"
     elif units is not None and cost.get("seconds_per_unit") is not None:
         out["seconds"] = cost.get("fixed_seconds", 0.0) + cost["seconds_per_unit"] * units  # fixed: paid once
+        if cost.get("corpus_seconds_per_1k") is not None:   # a search that encodes its corpus itself
+            docs = _documents(cfg, job.dataset)
+            out["seconds"] = out["seconds"] + cost["corpus_seconds_per_1k"] * docs / 1000 if docs else None
+            out["how"] += f" + {docs:,} documents it encodes itself" if docs else ", and no document count"
     elif units is None and job.stage not in UNITS:
         out["seconds"] = cost.get("seconds")
     else:

@@ -838,6 +838,31 @@ def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model
     assert ("train", "qcr.grid-b1k1", None) not in rows
 
 
+def test_a_search_that_encodes_its_corpus_is_priced_per_document_and_per_query(tmp_path):
+    """BPR's train-variant searches build their own index: 6 min 40 s of the rehearsal's 402 s encoded
+    the 2,067 passages. Spread over its 32 queries (12.6 s a query) that projected 12.6 h for NQ's 3,610
+    questions and nothing for the 21M passages; the corpus part is now priced per document."""
+    import json
+
+    from harness import cost, estimate, plan
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    rec = cost.record("search", {"queries": 32, "corpus_documents": 2000, "corpus_seconds": 400.0}, 402.0)
+    assert rec["pricing"] == "corpus + queries" and rec["corpus_seconds_per_1k"] == 200.0
+    assert rec["seconds_per_unit"] == pytest.approx(2.0 / 32)
+    assert "corpus_seconds_per_1k" not in cost.record("search", {"queries": 32}, 402.0)
+    paper = load_config(["configs/profiles/paper.yaml"])
+    folder = tmp_path / "runs" / "nq" / "bpr.a0"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"kind": "run", "job": "bpr.a0", "dataset": "nq", "cost": rec}))
+    row = next(r for r in estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)
+               if r["stage"] == "search" and r["job"] == "bpr.a0")
+    assert row["seconds"] == pytest.approx(2.0 / 32 * 3610 + 200.0 * 21015.324)
+    assert row["how"].startswith("3,610 test queries + 21,015,324 documents it encodes itself")
+    assert estimate.paper_units(paper, plan.get(paper).job("search", "bpr.a0", "nq"))[0] == 3610
+
+
 def test_a_variant_on_another_backbone_is_scaled_from_its_methods_job_by_the_backbones_matmul_parameters(tmp_path):
     """LightRetriever's other LLMs (Tables 2, 8-10) run its step on another backbone: a measured
     Llama-3.2-1B job prices each at its seconds x the ratio of the backbones' matmul parameters (counted

@@ -149,12 +149,16 @@ def run_variant(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -
     t0 = time.perf_counter()
     qvecs = dpr.BiEncoder.load(vctx, inputs["model"], encode_device(vctx.mcfg)).encode_questions([q.text for q in queries])
     with tempfile.TemporaryDirectory(prefix="bpr-index-") as tmp:
-        build_index(vctx, Path(tmp), inputs["model"])
+        t1 = time.perf_counter()
+        built = build_index(vctx, Path(tmp), inputs["model"])
+        t_index = time.perf_counter() - t1
         s = Searcher(vctx, Path(tmp), None, variant="bflat")
         scores, rows = s.search(qvecs, ctx.cfg["evaluate"]["depth"])
         write_run(out, job.systems[0], s, queries, scores, rows, time.perf_counter() - t0, dataset=job.dataset,
                train_variant=v, n_candidates=s.n_candidates, depth=ctx.cfg["evaluate"]["depth"])
-    return {"queries": len(queries), "variant": v}
+    # the corpus it encodes is priced per document, the rest per query (harness.cost.record)
+    return {"queries": len(queries), "variant": v, "corpus_documents": int(built["documents"]),
+            "corpus_seconds": round(t_index, 3)}
 
 
 def run_baselines(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict[str, Any]:
