@@ -305,15 +305,13 @@ def backbone_scale(p: Any, job: Any) -> tuple[str | None, float, str]:
     (``configs/backbones/``: the rehearsal's ``config:`` sources). (None, 1.0, why not) otherwise."""
     from harness.errors import ConfigError
 
-    strip = lambda params: {k: v for k, v in params.items() if k not in _NAMING_PARAMS}  # noqa: E731
     if INIT in job.id or job.id == job.method:
         return None, 1.0, "not a variant"
     try:
         ref = p.job(job.stage, job.method, job.dataset)
     except ConfigError:
         return None, 1.0, f"no {job.stage} job {job.method}"
-    if ref.step != job.step or strip(ref.params) != strip(job.params) \
-            or {n: r.kind for n, r in ref.inputs.items()} != {n: r.kind for n, r in job.inputs.items()}:
+    if not _same_step(ref, job) or _params(ref) != _params(job):
         return None, 1.0, f"another step than {job.stage} {job.method}'s"
     differs = set(_shape_differences(p, job, ref))
     if "backbone" not in differs or differs - SCALED_SETTINGS:
@@ -427,12 +425,19 @@ def same_start(p: Any, job: Any) -> list[str]:
     mine = keys(job)
     if mine is None:
         return []
-    strip = lambda params: {k: v for k, v in params.items() if k not in _NAMING_PARAMS}  # noqa: E731
-    kinds = {n: r.kind for n, r in job.inputs.items()}
     return sorted(o.id for (stage, _, dataset), o in p.closure().items()
                   if stage == job.stage and dataset == job.dataset and o.id != job.id and o.method == job.method
-                  and o.step == job.step and {n: r.kind for n, r in o.inputs.items()} == kinds
-                  and strip(o.params) == strip(job.params) and keys(o) == mine)
+                  and _same_step(o, job) and _params(o) == _params(job) and keys(o) == mine)
+
+
+def _params(job: Any) -> dict[str, Any]:
+    """A job's parameters but those naming it (:data:`_NAMING_PARAMS`)."""
+    return {k: v for k, v in job.params.items() if k not in _NAMING_PARAMS}
+
+
+def _same_step(a: Any, b: Any) -> bool:
+    """Whether jobs ``a`` and ``b`` run the same step over inputs of the same kinds."""
+    return a.step == b.step and {n: r.kind for n, r in a.inputs.items()} == {n: r.kind for n, r in b.inputs.items()}
 
 
 def _varied(p: Any, job: Any) -> tuple[str | None, str]:
@@ -445,10 +450,9 @@ def _varied(p: Any, job: Any) -> tuple[str | None, str]:
         ref = p.job(job.stage, base, job.dataset)
     except ConfigError:
         return None, f"no {job.stage} job {base}"
-    if ref.step != job.step or {n: r.kind for n, r in ref.inputs.items()} != {n: r.kind for n, r in job.inputs.items()}:
+    if not _same_step(ref, job):
         return None, f"another step than {job.stage} {base}'s"
-    strip = lambda params: {k: v for k, v in params.items() if k not in _NAMING_PARAMS}  # noqa: E731
-    if strip(job.params) != strip(ref.params) or str(job.params.get("variant") or "").startswith("grid-"):
+    if _params(job) != _params(ref) or str(job.params.get("variant") or "").startswith("grid-"):
         return None, f"other parameters than {job.stage} {base}'s"
     mine = {k: v for k, v in p.values(job).items() if ".variants." in k and isinstance(v, Mapping)}
     set_ = sorted({s for v in mine.values() for s in v})
