@@ -271,11 +271,11 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     # ratio of the backbones' matmul parameters (forward FLOPs per token), said in the row
     priced = {(r["stage"], r["job"], r["dataset"] or None): r for r in rows}
     for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
-        if not scaled or key in priced:
+        src = priced.get((job.stage, job.method, job.dataset))   # the method's own job, measured
+        if not scaled or key in priced or src is None or src.get("borrowed_from"):
             continue
         base, ratio, why = backbone_scale(p, job)
-        src = priced.get((job.stage, base, job.dataset)) if base else None
-        if src is None or src.get("borrowed_from"):
+        if base is None:
             continue
         ds = src.get("measured_on_dataset") or job.dataset
         row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)))
