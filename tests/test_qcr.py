@@ -230,6 +230,18 @@ def test_a_code_index_streams_its_strings_to_lucene(tmp_path, monkeypatch):
         next(qindex.iter_code_strings(bad, ids, k=k, size=size, positional=True))
 
 
+def test_unique_code_fraction_is_the_mean_distinct_share_per_row_block_by_block():
+    """Hand-checked: rows [1 1 2 3] and [4 4 4 4] hold 3 and 1 distinct codes of 4: (0.75 + 0.25) / 2;
+    blocks of one row give the same, and it equals the per-row set count on random codes."""
+    from harness.methods.qcr.index import unique_code_fraction
+
+    codes = np.array([[1, 1, 2, 3], [4, 4, 4, 4]], np.uint16)
+    assert unique_code_fraction(codes) == unique_code_fraction(codes, rows=1) == 0.5
+    assert unique_code_fraction(np.zeros((0, 4), np.uint16)) == 0.0
+    rand = np.random.default_rng(3).integers(0, 40, (5000, 150)).astype(np.uint16)
+    assert unique_code_fraction(rand, rows=700) == float(np.mean([len(set(r)) / len(r) for r in rand.tolist()]))
+
+
 def test_batch_schedule_follows_the_stages_and_never_repeats_a_document():
     pairs = [(f"q{i}", f"d{i % 5}") for i in range(20)]
     s = qcr.BatchSchedule(pairs, [{"steps": 2, "batch_size": 3, "codes": 4}, {"steps": 3, "batch_size": 5, "codes": 8}],

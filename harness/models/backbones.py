@@ -117,12 +117,7 @@ def _hub_kwargs(source: str) -> dict[str, Any]:
 
 def parameters_of(config, cls: Any = None) -> int:
     """Parameters of ``cls`` (default AutoModel) built from ``config`` on the meta device (no memory)."""
-    import torch
-    from transformers import AutoModel
-
-    with torch.device("meta"):
-        model = (cls or AutoModel).from_config(config)
-    return sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for p in _on_meta(config, cls).parameters())
 
 
 def matmul_parameters(config, cls: Any = None) -> int:
@@ -130,11 +125,17 @@ def matmul_parameters(config, cls: Any = None) -> int:
     device (no memory), an LM head tied to the input embeddings included (it is still a matmul): a
     forward pass costs about twice this many FLOPs per token (attention's length term aside)."""
     import torch
+
+    return sum(m.weight.numel() for m in _on_meta(config, cls).modules() if isinstance(m, torch.nn.Linear))
+
+
+def _on_meta(config, cls: Any = None) -> Any:
+    """``cls`` (default AutoModel) built from ``config`` on the meta device: shapes, no memory."""
+    import torch
     from transformers import AutoModel
 
     with torch.device("meta"):
-        model = (cls or AutoModel).from_config(config)
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+        return (cls or AutoModel).from_config(config)
 
 
 def _random(cls: Any, name: str, spec: Mapping[str, Any], seed: int) -> Any:
