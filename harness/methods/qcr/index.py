@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,11 @@ from harness.datasets import store
 from harness.errors import DataError
 from harness.indexes import build_index, load_index, pyserini_env
 from harness.indexes.lucene import LUCENE_DIR, analyze_words
+from harness.meta import META, read_meta
 from harness.methods.qcr.codebook import usage
 from harness.methods.qcr.model import QCRModel
 from harness.models.runtime import encode_device
-from harness.methods.qcr.settings import CODES_FILE, codebook_size, codes_k
+from harness.methods.qcr.settings import CODES_FILE, KMEANS_OFFSETS, codebook_size, codes_k
 
 
 def code_strings(codes: np.ndarray, ids: Sequence[str], *, k: int, size: int, positional: bool,
@@ -55,9 +57,26 @@ def _check_codes(codes: np.ndarray, ids: Sequence[str], *, k: int, size: int) ->
         raise DataError(f"{ids[bad[0]]}: code id {int(codes[bad[0]].max())} outside the codebook [0, {size})")
 
 
+#: texts analysed at a time by :func:`iter_with_words`
+WORDS_BLOCK = 4096
+
+
 def with_words(code_texts: Iterable[str], texts: Sequence[str]) -> list[str]:
     """Codes and the Lucene-analysed words of each text in one pre-tokenized string ("w/ words")."""
-    return [f"{c} {' '.join(w)}".strip() for c, w in zip(code_texts, analyze_words(list(texts)))]
+    return list(iter_with_words(code_texts, texts))
+
+
+def iter_with_words(code_texts: Iterable[str], texts: Iterable[str], block: int = WORDS_BLOCK) -> Iterator[str]:
+    """:func:`with_words` a block of texts at a time, both iterables read as they go (a corpus's analysed
+    words, MS MARCO's 8.8M passages, are never listed at once); as many code strings as texts, or it fails."""
+    codes, words = iter(code_texts), iter(texts)
+    while t := list(islice(words, block)):
+        c = list(islice(codes, len(t)))
+        if len(c) != len(t):
+            raise DataError(f"w/ words: {len(c)} code string(s) left for a block of {len(t)} text(s)")
+        yield from (f"{ci} {' '.join(w)}".strip() for ci, w in zip(c, analyze_words(t)))
+    if next(codes, None) is not None:
+        raise DataError("w/ words: more code strings than texts")
 
 
 def build_lucene(spec: str, ids: Sequence[str], texts: Iterable[str], out: Path, s: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,20 +97,51 @@ def load_codes(folder: Path, *, allow_pickle: bool = False) -> tuple[np.ndarray,
     return codes, read_docids(folder, expect=len(codes))
 
 
+def iter_kmeans_strings(flat: np.ndarray, offsets: np.ndarray) -> Iterator[str]:
+    """Each text's centroid-id tokens (``k52 k113 ...``) from the flat codes and their row offsets."""
+    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        yield " ".join(f"k{c}" for c in flat[a:b].tolist())
+
+
+def load_kmeans_codes(folder: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(flat centroid ids, row offsets [N + 1], doc ids) of a built k-means index, memory-mapped."""
+    folder = Path(folder)
+    if not (folder / KMEANS_OFFSETS).is_file():
+        raise DataError(f"{folder}: no {KMEANS_OFFSETS} (a k-means index built before its codes were stored "
+                        "flat with row offsets)", fix=f"delete {folder} and run the workflow again to rebuild it")
+    offsets = np.load(folder / KMEANS_OFFSETS)
+    flat = np.load(folder / CODES_FILE, mmap_mode="r")
+    if offsets.ndim != 1 or not len(offsets) or offsets[0] != 0 or offsets[-1] != len(flat):
+        raise DataError(f"{folder / KMEANS_OFFSETS}: offsets do not span {CODES_FILE}'s {len(flat)} codes",
+                        fix=f"delete {folder} and run the workflow again to rebuild it")
+    return flat, offsets, read_docids(folder, expect=len(offsets) - 1)
+
+
+def corpus_size(data_dir: Path) -> int:
+    """Documents of a dataset folder: its meta.json's count, else counted."""
+    n = read_meta(data_dir).get("documents") if (Path(data_dir) / META).is_file() else None
+    return int(n) if isinstance(n, int) else sum(1 for _ in store.iter_corpus(data_dir))
+
+
 def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path) -> dict[str, Any]:
-    """Encode the corpus into codes (``codes.npy``, doc ids) and index their strings."""
+    """Encode the corpus into codes (``codes.npy``, doc ids) and index their strings. The corpus is read
+    as it is encoded (MS MARCO's 8.8M passages are not listed; the codes are filled batch by batch)."""
     model = QCRModel.load(model_dir, encode_device(s))
     pyserini_env.start_jvm()  # the JVM the Lucene index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)
-    docs = list(store.iter_corpus(data_dir))
-    texts = [(d.title, d.text) for d in docs]
+    ids: list[str] = []
+
+    def texts() -> Iterator[tuple[str, str]]:
+        for d in store.iter_corpus(data_dir):
+            ids.append(d.id)
+            yield d.title, d.text
+
     t0 = time.perf_counter()
-    codes = model.encode(texts, int(s["p_max_len"]), int(s["encode_batch_size"]))
+    codes = model.encode(texts(), int(s["p_max_len"]), int(s["encode_batch_size"]), n=corpus_size(data_dir))
     t_enc = time.perf_counter() - t0
     np.save(out / CODES_FILE, codes)
-    write_docids(out, [d.id for d in docs])
+    write_docids(out, ids)
     ms = model.s
-    ids = [d.id for d in docs]
     strings = iter_code_strings(codes, ids, k=codes_k(ms), size=codebook_size(ms["levels"]), positional=s["positional"])
     info = build_lucene(s["index"], ids, strings, out, s)
     u = usage(codes.ravel(), codebook_size(ms["levels"]))
@@ -115,20 +165,40 @@ def unique_code_fraction(codes: np.ndarray, rows: int = 1 << 16) -> float:
 def source_strings(source: Path, positional: bool, kmeans: bool) -> tuple[list[str], Iterable[str]]:
     """Doc ids and code strings of a built code index (k-means: ``k<id>`` per token, no positions),
     the strings given one at a time."""
-    codes, ids = load_codes(source, allow_pickle=kmeans)
     if kmeans:
-        return ids, (" ".join(f"k{c}" for c in row) for row in codes)
+        flat, offsets, ids = load_kmeans_codes(source)
+        return ids, iter_kmeans_strings(flat, offsets)
+    codes, ids = load_codes(source)
     return ids, iter_code_strings(codes, ids, k=codes.shape[1], size=int(codes.max()) + 1 if codes.size else 1,
                                   positional=positional)
 
 
+def corpus_texts(data_dir: Path, ids: Sequence[str]) -> Iterator[str]:
+    """The texts (title, newline, text) of ``ids`` read in one pass over the corpus file, whose order
+    a code index's rows keep (both are written from it in order); a record out of that order fails,
+    naming it (the source index is older than the corpus)."""
+    path = Path(data_dir) / store.CORPUS
+    docs = store.iter_corpus(data_dir)
+    for n, want in enumerate(ids, 1):
+        d = next(docs, None)
+        if d is None or d.id != want:
+            raise DataError(f"{path}: record {n} is {d.id if d else 'missing (end of file)'!r}, the source "
+                            f"index's row {n} is {want!r}: the index was built from another corpus",
+                            fix="rebuild the source index (delete its folder and run the workflow again)")
+        yield f"{d.title}\n{d.text}" if d.title else d.text
+    extra = next(docs, None)
+    if extra is not None:
+        raise DataError(f"{path}: record {len(ids) + 1} ({extra.id!r}) and on are not in the source index "
+                        f"({len(ids)} rows): the index was built from another corpus",
+                        fix="rebuild the source index (delete its folder and run the workflow again)")
+
+
 def words_index(s: Mapping[str, Any], source: Path, data_dir: Path, out: Path, *, kmeans: bool
                 ) -> dict[str, Any]:
-    """"w/ words": the source index's code strings plus the analysed words of each passage."""
+    """"w/ words": the source index's code strings plus the analysed words of each passage, both
+    streamed to Lucene a block at a time (:func:`iter_with_words`)."""
     ids, strings = source_strings(source, False if kmeans else s["positional"], kmeans)  # k-means ids have no positions
-    docs = {d.id: d for d in store.iter_corpus(data_dir)}
-    texts = [f"{docs[i].title}\n{docs[i].text}" if docs[i].title else docs[i].text for i in ids]
-    info = build_lucene(s["index"], ids, with_words(strings, texts), out, s)
+    info = build_lucene(s["index"], ids, iter_with_words(strings, corpus_texts(data_dir, ids)), out, s)
     write_docids(out, ids)
     return {**info, "words": "lucene default analyser (pyserini), title + text"}
 

@@ -66,7 +66,7 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     jobs = _train_jobs(cfg, name, s, models) + _model_jobs(cfg, name, s, variants, models, datasets)
     dpr_on = "dpr" in cfg["methods"] and cfg["methods"]["dpr"].get("enabled", True)
     if s["kmeans"]["enabled"] and (s["kmeans"]["encoder"] != "dpr" or dpr_on):  # else its cells say "not run"
-        jobs += _kmeans_jobs(name, s, datasets)
+        jobs += _kmeans_jobs(cfg, name, s, datasets)
     if datasets:
         jobs += _measure_jobs(name, s, datasets, models, dpr_on)
     return jobs
@@ -129,8 +129,12 @@ def _model_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], variant
     return jobs
 
 
-def _kmeans_jobs(name: str, s: Mapping[str, Any], datasets: list[str]) -> list[Job]:
-    """The k-means baseline: centroids, its index and words index, one search job per dataset."""
+def _kmeans_jobs(cfg: Mapping[str, Any], name: str, s: Mapping[str, Any], datasets: list[str]) -> list[Job]:
+    """The k-means baseline: centroids, its index and words index, one search job per dataset. Its
+    centroid, index and search jobs encode with the method's device, as QCR's own (the corpus's
+    tokens through a BERT-base: MS MARCO's 8.8M passages on the paper profile), so they ask for a GPU
+    where the method does."""
+    gpu = wants_gpu(cfg, name)
     # the backbone key: encoder "backbone" reads it (with encoder dpr, DPR's model hash carries DPR's
     # backbone)
     seeded = ("seed", f"backbones.{s['backbone']}")
@@ -138,13 +142,13 @@ def _kmeans_jobs(name: str, s: Mapping[str, Any], datasets: list[str]) -> list[J
     ikeys = (*affects(name, "index.kmeans"), *seeded)
     enc = {"encoder": Ref("model", "dpr")} if s["kmeans"]["encoder"] == "dpr" else {}
     data = {"data": Ref("data", dataset=s["train_dataset"])}
-    jobs = [Job("train", "qcr.kmeans", name, "train_kmeans", inputs={**data, **enc}, keys=kkeys, mem_mb=6000),
-            Job("index", "qcr.kmeans", name, "build_kmeans", keys=ikeys,
+    jobs = [Job("train", "qcr.kmeans", name, "train_kmeans", inputs={**data, **enc}, keys=kkeys, mem_mb=6000, gpu=gpu),
+            Job("index", "qcr.kmeans", name, "build_kmeans", keys=ikeys, gpu=gpu,
                 inputs={"data": Ref("data"), "model": Ref("model", "qcr.kmeans"), **enc}, mem_mb=4000),
             Job("index", "qcr.kmeans-words", name, "build_words", params={"kmeans": True}, keys=ikeys,
                 inputs={"data": Ref("data"), "source": Ref("index", "qcr.kmeans")}, mem_mb=4000)]
     for d in datasets:
-        jobs.append(Job("search", "qcr.kmeans", name, "run_kmeans", d,
+        jobs.append(Job("search", "qcr.kmeans", name, "run_kmeans", d, gpu=gpu,
                         systems=("qcr.kmeans", "qcr.kmeans-words"),
                         keys=(*affects(name, "search.kmeans"), *seeded, "evaluate.depth"),
                         inputs={"data": Ref("data", dataset=d), "model": Ref("model", "qcr.kmeans"), **enc,

@@ -3,13 +3,14 @@ projected to d = len(levels) and quantised by FSQ; and its training losses (§3.
 interaction, the code entropy of Eq. 4-5, and a GradCache step for multi-vector outputs."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError
 from harness.methods.qcr.settings import ENCODER_DIR, FSQ_VERSION, MODEL_FILE, codebook_size, codes_k, max_codes
 from harness.models.backbones import load_encoder, load_tokenizer
 from harness.models.runtime import quiet_transformers, torch_for
@@ -121,18 +122,30 @@ class QCRModel:
         h = self.encoder(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state[:, 1:1 + k]
         return prequant(self.fsq, self.proj(h).float())
 
-    def encode(self, texts: Sequence[str | tuple[str, str]], max_len: int, batch_size: int = 64) -> np.ndarray:
+    def encode(self, texts: Iterable[str | tuple[str, str]], max_len: int, batch_size: int = 64,
+               n: int | None = None) -> np.ndarray:
         """Code ids [N, K] (K = the last stage's), inference mode, in the smallest integer type that holds
         the codebook (uint16 for the paper's 3,125 codes: 4.4 GB for 8.8M passages x K 250, not 8.8 GB
-        in int32), filled batch by batch (never a list of batches beside their concatenation)."""
+        in int32), filled batch by batch (never a list of batches beside their concatenation).
+        ``texts``: a sequence, or an iterable read a batch at a time with ``n`` its length (a corpus
+        streamed from its file); a count other than ``n`` fails."""
         torch = torch_for(self.s)
         k = codes_k(self.s)
         self.encoder.eval()
-        out = np.zeros((len(texts), k), code_dtype(codebook_size(self.s["levels"])))
+        if n is None:
+            texts = texts if isinstance(texts, Sequence) else list(texts)
+            n = len(texts)
+        out = np.zeros((n, k), code_dtype(codebook_size(self.s["levels"])))
+        it, i = iter(texts), 0
         with torch.inference_mode():
-            for i in range(0, len(texts), batch_size):
-                ids, mask = self.batch(texts[i:i + batch_size], k, max_len)
-                out[i:i + batch_size] = code_ids(self.fsq, self.pre(ids, mask, k)).cpu().numpy()
+            while batch := list(islice(it, batch_size)):
+                if i + len(batch) > n:
+                    raise DataError(f"QCR encode: more than the {n} texts announced")
+                ids, mask = self.batch(batch, k, max_len)
+                out[i:i + len(batch)] = code_ids(self.fsq, self.pre(ids, mask, k)).cpu().numpy()
+                i += len(batch)
+        if i != n:
+            raise DataError(f"QCR encode: {i} texts where {n} were announced")
         return out
 
 

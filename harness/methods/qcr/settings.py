@@ -19,6 +19,7 @@ CODES_FILE = "codes.npy"
 MODEL_FILE = "qcr.pt"              # projection weights and settings beside the backbone's files
 ENCODER_DIR = "encoder"
 CENTROIDS = "centroids.npy"
+KMEANS_OFFSETS = "offsets.npy"       # a k-means index: row i's centroid ids are codes.npy[offsets[i]:offsets[i + 1]]
 FSQ_VERSION = "vector-quantize-pytorch==1.32.0"
 #: settings that change a trained model (x-affects lists model; its identity: variants equal to another model share it)
 TRAIN_KEYS = model_fields(__file__, SCHEMA)

@@ -1,0 +1,176 @@
+"""QCR's corpus-wide jobs at MS MARCO's size (#28, item 3): the k-means baseline's centroid fit and
+index, the "w/ words" index and the code index read the corpus as they go and never hold what grows
+with it at once (token vectors: ~2 TB at 8.8M passages; analysed words; the corpus's texts), and give
+what the one-pass code gave. Memory is checked with tracemalloc (numpy's allocations are traced)."""
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from harness.config import load_config
+from harness.datasets import Doc, store
+from harness.errors import DataError
+from harness.methods.qcr import index as qindex
+from harness.methods.qcr import kmeans as qkm
+from harness.methods.qcr.settings import CENTROIDS, CODES_FILE, KMEANS_OFFSETS, settings
+
+WORDS = ("river delta sediment water flows north across plains into the sea carrying silt clay sand "
+         "while towns along banks trade grain fish timber cotton wool").split()
+
+
+def _corpus(tmp_path, n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    docs = [Doc(f"d{i}", "A title" if i % 3 == 0 else "", " ".join(rng.choice(WORDS, int(rng.integers(3, 30)))))
+            for i in range(n)]
+    data = tmp_path / "data"
+    data.mkdir()
+    store.write_corpus(data, docs)
+    return data, docs
+
+
+@pytest.fixture(scope="module")
+def kmeans_settings():
+    cfg = load_config()
+    s = settings(cfg)
+    s["backbone"] = "splade-tiny"
+    s["kmeans"] = {**s["kmeans"], "encoder": "backbone", "clusters": 8, "sample_tokens": 400}
+    s.update(p_max_len=32, encode_batch_size=16, device="cpu", torch_threads=1)
+    return cfg, s
+
+
+def _consume_lazily(monkeypatch, seen):
+    """What Anserini's input writer does: one row at a time (the payload must not be a list)."""
+    def consume(spec, payload, **options):
+        seen["sequence"] = isinstance(payload, (list, tuple))
+        seen["rows"] = list(payload)
+    monkeypatch.setattr(qindex, "build_index", consume)
+
+
+def test_kmeans_index_assigns_batch_by_batch_as_the_one_pass_code_did(tmp_path, monkeypatch, kmeans_settings):
+    """The index's flat ids and offsets are each passage's ids from the one-pass assignment
+    (kmeans_codes: every token vector listed, then one search); its Lucene strings are theirs, given one
+    at a time; the batches' token vectors are not kept (tracemalloc peak well under all of them)."""
+    cfg, s = kmeans_settings
+    data, docs = _corpus(tmp_path, 600)
+    model = tmp_path / "model"
+    model.mkdir()
+    rng = np.random.default_rng(1)
+    tok, enc = qkm.token_encoder(cfg, s, None)
+    np.save(model / CENTROIDS, rng.standard_normal((8, enc.config.hidden_size)).astype(np.float32))
+    texts = [f"{d.title} {d.text}" for d in docs]
+    vectors = qkm.token_vectors(tok, enc, texts, s["p_max_len"] + 2, s["encode_batch_size"])
+    all_vector_bytes = sum(v.nbytes for v in vectors)
+    expected = qkm.kmeans_codes(cfg, s, {"model": model}, texts, s["p_max_len"] + 2)
+    seen = {}
+    _consume_lazily(monkeypatch, seen)
+    monkeypatch.setattr(qkm, "token_encoder", lambda *a: (tok, enc))   # loaded: the peak is the job's work
+    out = tmp_path / "index"
+    out.mkdir()
+    tracemalloc.start()
+    info = qkm.kmeans_index(cfg, s, {"data": data, "model": model}, out)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    flat, offsets, ids = qindex.load_kmeans_codes(out)
+    assert ids == [d.id for d in docs] and flat.dtype == np.uint16 and info["tokens"] == len(flat)
+    assert [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == [e.tolist() for e in expected]
+    assert not seen["sequence"]
+    assert seen["rows"] == [(d, " ".join(f"k{c}" for c in e.tolist())) for d, e in zip(ids, expected)]
+    # ~0.4 MB (a batch) against 5.2 MB of vectors; the old code peaked over twice their bytes
+    assert peak < all_vector_bytes / 4, (peak, all_vector_bytes)
+
+
+def test_kmeans_index_files_are_checked_when_read(tmp_path):
+    """An index folder without the offsets (built by the older code) or with offsets that do not span
+    the codes fails naming the file and the fix."""
+    np.save(tmp_path / CODES_FILE, np.arange(5, dtype=np.uint16))
+    with pytest.raises(DataError, match="no offsets.npy"):
+        qindex.load_kmeans_codes(tmp_path)
+    np.save(tmp_path / KMEANS_OFFSETS, np.array([0, 2, 4]))
+    with pytest.raises(DataError, match="do not span codes.npy's 5 codes"):
+        qindex.load_kmeans_codes(tmp_path)
+
+
+def test_fit_centroids_uses_every_sampled_vector_filled_in_place(tmp_path, monkeypatch, kmeans_settings):
+    """The sample faiss clusters is the first ``sample_tokens`` token vectors of the seeded passage
+    order (as before), and faiss is told to keep all of them: its default keeps 256 a centroid (8.2M of
+    the paper's 50M at K = 32,000)."""
+    import faiss
+
+    cfg, s = kmeans_settings
+    data, docs = _corpus(tmp_path, 120, seed=2)
+    got = {}
+
+    class Spy:
+        def __init__(self, d, k, **kw):
+            got.update(d=d, k=k, **kw)
+            self.centroids = np.zeros((k, d), np.float32)
+
+        def train(self, x):
+            got["x"] = x
+
+    monkeypatch.setattr(faiss, "Kmeans", Spy)
+    k = 2   # 400 tokens over 2 centroids: 200 a centroid, under faiss's 256
+    s2 = {**s, "kmeans": {**s["kmeans"], "clusters": k}}
+    out = tmp_path / "m"
+    out.mkdir()
+    info = qkm.fit_centroids(cfg, s2, {"data": data}, out)
+    tok, enc = qkm.token_encoder(cfg, s, None)
+    order = np.random.default_rng(cfg["seed"]).permutation(len(docs))
+    vecs = qkm.token_vectors(tok, enc, [f"{docs[i].title} {docs[i].text}" for i in order], s["p_max_len"] + 2)
+    want = np.concatenate(vecs)[:400]
+    np.testing.assert_array_equal(got["x"], want)
+    assert got["x"].flags["C_CONTIGUOUS"] and info["tokens"] == 400
+    assert got["max_points_per_centroid"] == 256 == info["max_points_per_centroid"]
+    s3 = {**s, "kmeans": {**s["kmeans"], "clusters": 1}}   # 400 points for one centroid: the cap follows
+    assert qkm.fit_centroids(cfg, s3, {"data": data}, out)["max_points_per_centroid"] == 400
+    assert got["max_points_per_centroid"] == 400 and got["gpu"] is False
+
+
+def test_words_index_streams_codes_and_words_in_corpus_order(tmp_path, monkeypatch):
+    """The "w/ words" strings are the codes' plus each passage's analysed words (title, newline,
+    text), as with_words gives them, handed to Lucene one at a time; a source index whose rows are
+    not the corpus's order fails naming the record."""
+    data, docs = _corpus(tmp_path, 50, seed=3)
+    src = tmp_path / "src"
+    src.mkdir()
+    codes = np.random.default_rng(4).integers(0, 125, (len(docs), 6)).astype(np.uint16)
+    np.save(src / CODES_FILE, codes)
+    qindex.write_docids(src, [d.id for d in docs])
+    s = {"index": "lucene:pretokenized", "k1": 0.9, "b": 0.4, "positional": True}
+    seen = {}
+    _consume_lazily(monkeypatch, seen)
+    out = tmp_path / "words"
+    out.mkdir()
+    qindex.words_index(s, src, data, out, kmeans=False)
+    texts = [f"{d.title}\n{d.text}" if d.title else d.text for d in docs]
+    strings = qindex.code_strings(codes, [d.id for d in docs], k=6, size=125, positional=True)
+    assert not seen["sequence"]
+    assert seen["rows"] == list(zip([d.id for d in docs], qindex.with_words(strings, texts)))
+    assert list(qindex.iter_with_words(strings, texts, block=7)) == qindex.with_words(strings, texts)
+    with pytest.raises(DataError, match="more code strings than texts"):
+        qindex.with_words(strings, texts[:-1])
+    qindex.write_docids(src, [d.id for d in reversed(docs)])
+    with pytest.raises(DataError, match=r"corpus.jsonl: record 1 is 'd0', the source index's row 1 is 'd49'"):
+        qindex.words_index(s, src, data, out, kmeans=False)
+
+
+def test_qcr_encode_reads_an_iterable_batch_by_batch_with_its_count():
+    """A corpus streamed from its file gives the codes its list gives; a count other than the
+    announced one fails."""
+    import torch
+
+    from harness.methods.qcr.model import QCRModel
+
+    cfg = load_config()
+    s = settings(cfg)
+    torch.manual_seed(0)
+    m = QCRModel.from_backbone(cfg, s)
+    texts = [("T", f"passage {i} about " + " ".join(WORDS[: i % 9 + 2])) for i in range(21)]
+    want = m.encode(texts, 32, 4)
+    np.testing.assert_array_equal(m.encode(iter(texts), 32, 4, n=len(texts)), want)
+    with pytest.raises(DataError, match="20 texts where 21 were announced"):
+        m.encode(iter(texts[:20]), 32, 4, n=21)
+    with pytest.raises(DataError, match="more than the 20 texts announced"):
+        m.encode(iter(texts), 32, 4, n=20)
