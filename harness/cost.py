@@ -36,6 +36,20 @@ def step_timed(seconds: float, first: bool) -> None:
     _STEPS["first" if first else "later"].append(seconds)
 
 
+#: the corpora this job holds in memory whole (harness.datasets.store.corpus_by_id and its kin): per
+#: dataset folder name, the documents and their estimated bytes in Python objects, which grow with the
+#: corpus (python -m harness estimate projects them to the profile's corpus)
+_HELD: dict[str, dict[str, int]] = {}
+
+
+def corpus_held(dataset: str, documents: int, nbytes: int) -> None:
+    """Note that this job holds ``documents`` records of ``dataset``'s corpus, about ``nbytes`` bytes
+    (a second hold of the same corpus, by another step of the job, adds to it)."""
+    got = _HELD.setdefault(str(dataset), {"documents": 0, "bytes": 0})
+    got["documents"] = max(got["documents"], int(documents))
+    got["bytes"] += int(nbytes)
+
+
 #: this process's device fallbacks: whether the job may take them (config ``device_fallback``, set by
 #: harness.stages before the step) and those it took (meta.json ``fallbacks``)
 _FALLBACK: dict[str, Any] = {"allowed": False, "taken": []}
@@ -51,6 +65,7 @@ def allow_fallbacks(allowed: bool) -> None:
 
     _FALLBACK.update(allowed=bool(allowed), taken=[])
     _STEPS.update(first=[], later=[])
+    _HELD.clear()
     _START.update(job=time.perf_counter(), work=None)
 
 
@@ -234,4 +249,6 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
         each = _STEPS["first"] + _STEPS["later"]  # in order: a schedule's stages are priced one by one
         if stage == "train" and 2 <= len(each) <= MAX_STEPS_KEPT:
             out["each_step_seconds"] = [round(x, 4) for x in each]
+    if _HELD:
+        out["held_corpora"] = {k: dict(v) for k, v in sorted(_HELD.items())}
     return out

@@ -140,6 +140,11 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
            "pricing": cost.get("pricing", "whole")}
     projected = disk(job, units, cost, measured_bytes, fixed_bytes)
     out["disk_gib"] = round(projected / 2**30, 3) if projected is not None else None
+    held = held_corpora(cfg, cost.get("held_corpora"))
+    if held is not None:
+        out["held_gib"] = round(held[0] / 2**30, 2)
+        out["host_projected_gib"] = round(out["host_peak_gib"] + (held[0] - held[1]) / 2**30, 2)
+        out["how"] += f" (holds its corpus in memory: {held[2]})"
     staged = _per_stage(cfg, job, cost, measured or {}) if job.stage == "train" and units is not None else None
     if staged is not None:  # a schedule's stages differ in shape: one median step would misprice them
         out["seconds"], out["how"], out["pricing"] = staged[0], f"{how}: {staged[1]}", "per stage"
@@ -154,6 +159,27 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
     else:
         out["seconds"] = None
     return out
+
+
+def held_corpora(cfg: Mapping[str, Any], held: Mapping[str, Mapping[str, int]] | None
+                 ) -> tuple[float, float, str] | None:
+    """(projected bytes, measured bytes, what) of the corpora a job held whole in memory
+    (``cost.held_corpora``: per dataset, the documents and their bytes in Python objects,
+    :func:`harness.datasets.store.note_held`): each corpus's bytes a document x the profile's
+    documents of that dataset (a corpus whose count the cards do not give: as measured). Projected
+    from the slice's passages: a corpus of shorter passages takes less (MS MARCO's ~335 characters
+    against the SQuAD paragraphs' ~790)."""
+    if not held:
+        return None
+    total = measured = 0.0
+    parts = []
+    for dataset, h in sorted(held.items()):
+        n, b = int(h.get("documents") or 0), float(h.get("bytes") or 0)
+        full = _documents(cfg, dataset) if n else None
+        measured += b
+        total += b / n * full if full else b
+        parts.append(f"{dataset} {full:,} documents x {b / n:,.0f} bytes" if full else f"{dataset} as measured")
+    return total, measured, "; ".join(parts) + f": {total / 2**30:,.1f} GiB"
 
 
 def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes: int | None,
@@ -501,6 +527,13 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     return row
 
 
+def _held_in_memory(row: Mapping[str, Any]) -> float | None:
+    """GiB a job holds in memory at the profile's scale: the indexes it builds or loads
+    (``index_gib``) and the corpora it holds whole (``held_gib``); None where neither is projected."""
+    parts = [row[k] for k in ("index_gib", "held_gib") if row.get(k) is not None]
+    return sum(parts) if parts else None
+
+
 def _index_held(p: Any, rows: list[dict[str, Any]]) -> None:
     """``index_gib`` of each index row (its projected index, and the indexes it is built from: DPR's
     HNSW, LSH and PQ read DPR's Flat) and search row (the projected indexes it loads), where their rows
@@ -553,9 +586,10 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     twins = [r for r in known if INIT in r["job"]]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
-    short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), r["index_gib"],
-                     r["booked_gib"]) for r in rows if r.get("index_gib") is not None and r.get("booked_gib") is not None
-                    and r["index_gib"] > r["booked_gib"]), key=lambda x: -x[1])
+    short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), _held_in_memory(r),
+                     r["booked_gib"]) for r in rows if _held_in_memory(r) is not None and r.get("booked_gib") is not None
+                    and _held_in_memory(r) > r["booked_gib"]), key=lambda x: -x[1])
+    projected_host = [r["host_projected_gib"] for r in rows if r.get("host_projected_gib") is not None]
     return {"jobs": len(rows), "borrowed": sum(1 for r in rows if r.get("measured_on_dataset") and not r.get("borrowed_from")),
             "siblings": sum(1 for r in rows if r.get("borrowed_from") and not r.get("scaled_by")),
             "scaled": sum(1 for r in rows if r.get("scaled_by")), "under_booked": short,
@@ -563,6 +597,7 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
             "gpu_jobs_on_cpu_hours": gpu_cpu_h, "gpu_jobs_on_cpu": len(on_cpu),
             "gpus": gpus, "gpu_wall_hours": gpu_h / max(1, gpus), "host_peak_gib": max(host, default=None),
             "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
+            "host_projected_gib": max(projected_host, default=None), "holding_jobs": len(projected_host),
             "lower_bounds": len(lower), "lower_bound_hours": sum(r["seconds"] for r in lower) / 3600,
             # the learning check's controls: each checked model's initial checkpoint, indexed and searched
             "init_twins": len(twins), "init_twin_hours": sum(r["seconds"] for r in twins) / 3600,
@@ -648,10 +683,13 @@ def summary(t: Mapping[str, Any]) -> list[str]:
     if t["gpu_peak_gib"] is not None:
         peaks += f", peak GPU memory {t['gpu_peak_gib']:.1f} GiB"
     peaks += " (as measured on the rehearsal's slices, not projected: an index grows with the corpus, below)"
+    if t.get("host_projected_gib") is not None:
+        peaks += (f"; {t['holding_jobs']} job(s) hold their corpus whole in memory, up to "
+                  f"{t['host_projected_gib']:,.1f} GiB projected at the profile's corpus")
     short = t.get("under_booked") or []
-    booked = (f"memory booked below the projected index: {len(short)} job(s) build or load an index larger than the "
-              f"memory the workflow books them (mem_mb; a faiss or token index is held in memory whole, Lucene's index "
-              f"and the phrase dump are read from disk): "
+    booked = (f"memory booked below the projected index or corpus: {len(short)} job(s) build or load an index, or "
+              f"hold a corpus, larger than the memory the workflow books them (mem_mb; a faiss or token index is held "
+              f"in memory whole, Lucene's index and the phrase dump are read from disk): "
               + ", ".join(f"{name} {gib:,.1f} GiB > {b:,.1f} GiB booked" for name, gib, b in short[:8])
               + (f", and {len(short) - 8} more" if len(short) > 8 else "")
               + " (a folder's whole size: high where it holds a dump read from disk, as DensePhrases' does); on a "

@@ -42,7 +42,7 @@ def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) 
 
     s = settings(cfg)
     queries = store.read_queries(data_dir, "train")
-    texts = {d.id: d.text for d in store.iter_corpus(data_dir)}
+    texts = store.corpus_texts(data_dir)
     hits = bm25.search(Context(cfg, "bm25", dataset), index_dir, queries, int(s["depth"]))
     match = ANSWER_RULES.get(cfg["datasets"][dataset].get("answer_rule", "dpr-string"))
     out = []

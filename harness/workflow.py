@@ -70,9 +70,13 @@ def booked_mem_mb(cfg: Mapping[str, Any], job: hplan.Job) -> int:
     """The memory (MB) a job books: the profile's ``scheduler.mem_mb`` entry for it (``"<stage> <job
     id>"``, on every dataset: what an index it builds or loads holds at the profile's scale, from the
     cost estimate) or what its method declared (``Job.mem_mb``). A learning check's ``@init`` twin
-    builds and loads an index of the same shape: it books what its twin's entry books."""
+    builds and loads an index of the same shape: it books what its twin's entry books; a variant
+    (``bpr.a0``, ``svdr.abl-m1``) without an entry of its own books its method's job's entry (``train
+    bpr``: the same corpus held, the same index loaded), else what its method declared."""
     booked = ((cfg.get("scheduler") or {}).get("mem_mb") or {})
-    twin = booked.get(f"{job.stage} {job.id.replace(INIT, '')}", job.mem_mb)
+    own = job.id.replace(INIT, "")
+    base = booked.get(f"{job.stage} {own.split('.')[0]}", job.mem_mb)  # a variant: its method's job's entry
+    twin = booked.get(f"{job.stage} {own}", base)
     return int(booked.get(f"{job.stage} {job.id}", twin))
 
 

@@ -526,6 +526,22 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
     assert lr["config_values"]["methods.lightretriever.lora"] == {"r": 16, "alpha": 32, "dropout": 0.1}
     assert lr["grad_cache_chunk"] == 2  # its GradCache path ran (a runtime setting: no hash covers it)
     assert "methods.lightretriever.grad_cache_chunk" not in lr["config_values"]
+    # a job that held its corpus whole (harness.datasets.store.note_held) books at least that corpus at the
+    # paper's scale (NQ's 21M passages: ~24 GiB in Python objects), beside its index where it builds one
+    from harness import estimate, plan
+    from harness.ledger import job_key, measured_jobs
+    from harness.workflow import booked_mem_mb
+
+    paper = load_config(files[:1])
+    pp = plan.get(paper)
+    holders = []
+    for d in measured_jobs(tmp_path / "rehearsal"):
+        held = estimate.held_corpora(paper, d["cost"].get("held_corpora"))
+        if held is not None:
+            job = pp.job(*job_key(d))
+            holders.append((f"{job.stage} {job.id}", round(held[0] / 2**30, 1), booked_mem_mb(paper, job) / 1024))
+    assert {"train dpr", "train bpr", "train lightretriever", "negatives negatives"} <= {h[0] for h in holders}, holders
+    assert [h for h in holders if h[1] > h[2]] == [], holders
 
 
 def test_config_source_weights_come_from_the_configs_seed_not_the_jobs_random_stream(tmp_path):
@@ -732,9 +748,12 @@ def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_h
 
     paper = load_config(["configs/profiles/paper.yaml"])
     mem = lambda stage, **wc: hwf.resources(paper, stage, SimpleNamespace(**wc), "mem_mb")  # noqa: E731
-    assert mem("index", job="dpr", dataset="nq") == paper["scheduler"]["mem_mb"]["index dpr"] == 75000
+    assert mem("index", job="dpr", dataset="nq") == paper["scheduler"]["mem_mb"]["index dpr"] == 100000
     # the learning check's untrained twin builds the same index: it books what its twin books
-    assert mem("index", job="dpr@init", dataset="nq") == 75000 and mem("search", job="svdr@init", dataset="nq") == 157000
+    assert mem("index", job="dpr@init", dataset="nq") == 100000 and mem("search", job="svdr@init", dataset="nq") == 185000
+    # a variant without an entry of its own books its method's job's (the same corpus held, the same index)
+    assert mem("train", job="bpr.a0") == mem("train", job="bpr@init") == paper["scheduler"]["mem_mb"]["train bpr"]
+    assert mem("search", job="svdr.abl-m1", dataset="nq") == 185000 and mem("index", job="dpr.hnsw", dataset="nq") == 250000
     assert mem("index", job="bm25", dataset="nq") == plan.get(paper).job("index", "bm25", "nq").mem_mb
     assert mem("evaluate", job="dpr", dataset="nq") == 4000
     short = estimate.totals(estimate.estimate(paper, tmp_path / "none", ledger.read()), 8)["under_booked"]
@@ -934,3 +953,49 @@ def test_disk_scales_what_grows_with_the_corpus_and_keeps_a_codebook_once():
     assert 2.0e9 < kept < 2.3e9
     assert estimate.disk(job, units, cost, 100, fixed_bytes=10**6) == 100  # never more fixed than was measured
     assert estimate.disk(SimpleNamespace(stage="train"), 5.0, {}, 800, fixed_bytes=10) == 800  # a model: as measured
+
+
+def test_a_job_that_holds_its_corpus_notes_it_and_the_estimate_projects_it(tmp_path):
+    """store.corpus_by_id / corpus_list / corpus_texts note the corpus a job holds whole (its records
+    and their bytes in Python objects, within 10% of what tracemalloc counts); the job's cost carries
+    it, a new job starts with none; the estimate scales it by the profile's documents (NQ's 21M
+    passages at ~1,000 bytes each: ~20 GiB) and names the job where that exceeds its booking."""
+    import json
+    import tracemalloc
+
+    from harness import cost, estimate
+    from harness.config import load_config
+    from harness.datasets import Doc, store
+
+    data = tmp_path / "data" / "nq"
+    data.mkdir(parents=True)
+    store.write_corpus(data, [Doc(f"d{i}", "Title" if i % 2 else "", "word " * (50 + i % 150)) for i in range(3000)])
+    for fn in (store.corpus_by_id, store.corpus_list, store.corpus_texts):
+        cost.allow_fallbacks(False)
+        tracemalloc.start()
+        held = fn(data)
+        traced = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        rec = cost.record("index", {"documents": len(held)}, 1.0)["held_corpora"]
+        assert rec["nq"]["documents"] == 3000 and abs(rec["nq"]["bytes"] / traced - 1) < 0.1, (fn.__name__, rec, traced)
+        del held
+    cost.allow_fallbacks(False)
+    assert "held_corpora" not in cost.record("index", {"documents": 3}, 1.0)
+    # the estimate: an index job measured on 500 passages holding them at 1,000 bytes each
+    (tmp_path / "indexes/bpr/nq").mkdir(parents=True)
+    c = {**cost.record("index", {"documents": 500}, 10.0), "held_corpora": {"nq": {"documents": 500, "bytes": 500_000}}}
+    (tmp_path / "indexes/bpr/nq/meta.json").write_text(json.dumps(
+        {"kind": "index", "job": "bpr", "dataset": "nq", "bytes": 500 * 96, "cost": c}))
+    paper = load_config(["configs/profiles/paper.yaml"])
+    paper = {**paper, "scheduler": {k: v for k, v in paper["scheduler"].items() if k != "mem_mb"}}  # the methods' own
+    [row] = [r for r in estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)
+             if (r["stage"], r["job"]) == ("index", "bpr")]
+    gib = 1000 * estimate._documents(paper, "nq") / 2**30
+    assert row["held_gib"] == pytest.approx(gib, abs=0.01) and 19 < gib < 20.5
+    assert row["host_projected_gib"] == pytest.approx(row["host_peak_gib"] + gib - 500_000 / 2**30, abs=0.02)
+    assert "holds its corpus in memory: nq 21,015,324 documents x 1,000 bytes" in row["how"]
+    t = estimate.totals([row], 8)
+    assert [name for name, _, _ in t["under_booked"]] == ["index bpr on nq"]   # booked 8,000 MB
+    lines = estimate.summary(t)
+    assert any("1 job(s) hold their corpus whole in memory" in x for x in lines)
+    assert any(x.startswith("memory booked below the projected index or corpus") and "index bpr on nq" in x for x in lines)

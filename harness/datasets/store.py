@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from harness.errors import DataError
 from harness.io import iter_jsonl, write_jsonl
@@ -65,6 +65,54 @@ def iter_corpus(folder: Path) -> Iterator[Doc]:
             yield Doc(str(rec["id"]), rec.get("title") or "", rec["text"])
         except KeyError as exc:
             raise DataError(f"{path}: record {rec.get('id')!r} lacks field {exc}") from None
+
+
+def corpus_by_id(folder: Path) -> dict[str, Doc]:
+    """The whole corpus as ``{id: Doc}``, noted as held by this job (:func:`note_held`)."""
+    docs = {d.id: d for d in iter_corpus(folder)}
+    note_held(folder, docs.values(), container=docs)
+    return docs
+
+
+def corpus_list(folder: Path) -> list[Doc]:
+    """The whole corpus as a list in file order, noted as held by this job (:func:`note_held`)."""
+    docs = list(iter_corpus(folder))
+    note_held(folder, docs, container=docs)
+    return docs
+
+
+def corpus_texts(folder: Path) -> dict[str, str]:
+    """The whole corpus as ``{id: text}``, noted as held by this job (:func:`note_held`)."""
+    texts = {d.id: d.text for d in iter_corpus(folder)}
+    note_held(folder, texts.items(), container=texts)
+    return texts
+
+
+#: records whose sizes :func:`note_held` measures (the rest are taken to be like them)
+HELD_SAMPLE = 2000
+
+
+def note_held(folder: Path, records: Iterable[Any], *, container: Any) -> int:
+    """Note in this job's cost (:func:`harness.cost.corpus_held`) that it holds ``folder``'s corpus
+    whole: its records (Docs, or (id, text) pairs) and their bytes in Python objects, measured on the
+    first :data:`HELD_SAMPLE` records and taken per record for the rest, plus the container's own.
+    Such a job's memory grows with the corpus: NQ's 21M passages are ~22 GB in Python objects,
+    which no slice shows; python -m harness estimate projects it. Returns the bytes."""
+    import sys
+    from itertools import islice
+
+    from harness.cost import corpus_held
+
+    n = len(container)
+    sample = list(islice(iter(records), HELD_SAMPLE))
+    if not sample:
+        return 0
+    # a Doc: the tuple and its strings; an (id, text) item: the strings alone (the empty title is shared)
+    each = sum((sys.getsizeof(r) if isinstance(r, Doc) else 0) + sum(sys.getsizeof(x) for x in r if x)
+               for r in sample) / len(sample)
+    nbytes = int(each * n) + sys.getsizeof(container)
+    corpus_held(Path(folder).name, n, nbytes)
+    return nbytes
 
 
 def read_queries(folder: Path, split: str) -> list[Query]:

@@ -147,7 +147,7 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
     loop.set_seed(seed)
     tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
     examples = loop.subsample(training_examples(tctx, negatives_file), m.get("max_train_questions"), seed)
-    docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
+    docs = store.corpus_by_id(tctx.data_dir())
     doc_ids = list(docs)
     ts = loop.TrainSettings.from_config(m)
     model = BiEncoder.from_backbone(ctx)
@@ -307,7 +307,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
     _, factory = parse_spec(spec)
     model = BiEncoder.load(ctx, model_dir, encode_device(ctx.mcfg))
     startup_done()  # the rest is per document (python -m harness estimate)
-    docs = list(store.iter_corpus(data_dir or ctx.data_dir()))
+    docs = store.corpus_list(data_dir or ctx.data_dir())
     t0 = time.perf_counter()
     vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])
     t_enc = time.perf_counter() - t0
@@ -343,7 +343,7 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
         passages = (stored(xb, s.docids, key=lambda d: d.id) if xb is not None else
                     (lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds])))
         write_reranked(out, read_run(inputs["bm25_run"] / "bm25.trec"), queries, depths,
-                       {d.id: d for d in store.iter_corpus(inputs["data"])}, stored(qvecs, [q.text for q in queries]),
+                       store.corpus_by_id(inputs["data"]), stored(qvecs, [q.text for q in queries]),
                        passages, system=f"{job.systems[0]}.bm25", dataset=job.dataset, depth=k,
                        note="BM25 top m re-scored by the trained DPR encoders" + (
                            " (passage vectors read from the Flat index)" if xb is not None else ""))

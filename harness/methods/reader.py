@@ -209,7 +209,7 @@ def training_instances(ctx: Context, run_path: Path) -> tuple[list[tuple[Query, 
     folder = ctx.data_dir(s["train_dataset"])
     rule = ctx.cfg["datasets"][s["train_dataset"]].get("answer_rule", "dpr-string")
     queries = subsample([q for q in store.read_queries(folder, "train") if q.answers], s["max_train_questions"], seed)
-    docs = {d.id: d for d in store.iter_corpus(folder)}
+    docs = store.corpus_by_id(folder)
     run = read_run(run_path)
     rng = random.Random(seed)
     ids = list(docs)
@@ -251,7 +251,7 @@ def train(ctx: Context, out: Path, run_path: Path) -> dict[str, Any]:
     instances, stats = training_instances(ctx, run_path)
     if not instances:
         raise DataError(f"{run_path}: no training question has an answer-bearing passage; the reader cannot train")
-    docs = {d.id: d for d in store.iter_corpus(ctx.data_dir(s["train_dataset"]))}
+    docs = store.corpus_by_id(ctx.data_dir(s["train_dataset"]))
     model = Reader.from_backbone(ctx)
     ts = loop.TrainSettings.from_config(s, min_batch=1)
     device = loop.resolve_device(ts.device)

@@ -43,7 +43,7 @@ def build_index(ctx: Context, out: Path, model_dir: Path) -> dict[str, Any]:
     factory = _binary_spec(spec)
     model = dpr.BiEncoder.load(ctx, model_dir, encode_device(ctx.mcfg))
     startup_done()  # the rest is per document (python -m harness estimate)
-    docs = list(store.iter_corpus(ctx.data_dir()))
+    docs = store.corpus_list(ctx.data_dir())
     t0 = time.perf_counter()
     vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])
     t_enc = time.perf_counter() - t0

@@ -27,7 +27,7 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
     loop.set_seed(seed)
     tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
     examples = loop.subsample(dpr.training_examples(tctx, negatives_file), m["max_train_questions"], seed)
-    docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
+    docs = store.corpus_by_id(tctx.data_dir())
     ts = loop.TrainSettings.from_config(m)
     model = dpr.BiEncoder.from_backbone(ctx)
     params = list({id(p): p for p in list(model.q.parameters()) + list(model.p.parameters())}.values())

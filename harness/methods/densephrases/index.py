@@ -202,7 +202,7 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
     s = settings(ctx.cfg, v)
     model = PhraseModel.load(s, inputs["model"], encode_device(s))
     gold_only = bool(job.params.get("gold_only"))
-    docs = list(store.iter_corpus(inputs["data"]))
+    docs = store.corpus_list(inputs["data"])
     if gold_only:
         keep = gold_docs(inputs["data"])
         docs = [d for d in docs if d.id in keep]

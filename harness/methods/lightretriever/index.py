@@ -89,7 +89,7 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
         pyserini_env.start_jvm()  # the JVM the impact index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)
     ms = model.s
-    docs = list(store.iter_corpus(inputs["data"]))
+    docs = store.corpus_list(inputs["data"])
     t0 = time.perf_counter()
     with autocast:
         dense, sp, truncated = encode_corpus(model, merged(s, {k: ms[k] for k in ("dense_doc", "sparse_doc")}),

@@ -70,7 +70,7 @@ def read_training_sets(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Map
         qs = loop.subsample(qs, s["max_train_questions"], seed)
         negs = {r["id"]: r["negatives"] for r in iter_jsonl(inputs[f"negatives_{key}"])}
         sets[key] = (qs, negs)
-        docs[key] = {d.id: d for d in store.iter_corpus(inputs[f"data_{key}"])}
+        docs[key] = store.corpus_by_id(inputs[f"data_{key}"])
         counts[key] = {"train_questions": total, "after_decontam_and_sample": len(qs)}
     return sets, docs, counts
 

@@ -102,7 +102,7 @@ def fit_centroids(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[
     km = s["kmeans"]
     torch_for(s)
     tok, enc = token_encoder(cfg, s, inputs.get("encoder"), encode_device(s))
-    docs = list(store.iter_corpus(inputs["data"]))
+    docs = store.corpus_list(inputs["data"])
     rng = np.random.default_rng(cfg["seed"])
     order = rng.permutation(len(docs))
     want = int(km["sample_tokens"])

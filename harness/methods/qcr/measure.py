@@ -136,7 +136,7 @@ def _table2(s: Mapping[str, Any], d: str, title: str, inputs: Mapping[str, Path]
             doc_codes: np.ndarray, docids: Sequence[str]) -> None:
     """Table 2: the words with the highest document-level PMI per code (metrics files and table2.md)."""
     a = s["analysis"]
-    docs = {x.id: x for x in store.iter_corpus(inputs["data"])}
+    docs = store.corpus_by_id(inputs["data"])
     words = analyze_words([docs[x].text for x in docids])
     pmi = pmi_words([set(r) for r in doc_codes.tolist()], [set(w) for w in words], top=a["pmi_top"],
                        min_count=a["pmi_min_count"], n_codes=a["pmi_codes"])

@@ -74,7 +74,7 @@ def generate_queries(model_name: str, docs: Sequence[Doc], *, max_new_tokens: in
 def training_pairs(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, rng: random.Random
                    ) -> tuple[list[tuple[str, str]], dict[str, Doc], dict[str, Any]]:
     """(query, positive doc id) pairs of ``training_data``, the corpus, and counts for meta.json."""
-    docs = {d.id: d for d in store.iter_corpus(data_dir)}
+    docs = store.corpus_by_id(data_dir)
     kind = s["training_data"]
     info: dict[str, Any] = {"training_data": kind}
     if kind == "supervised":

@@ -54,7 +54,7 @@ def write_token_index(ctx: Context, data: Path, out: Path) -> dict[str, Any]:
     s = settings(ctx.mcfg, method=ctx.method)
     tok = _tokenizer(ctx.cfg, s)
     startup_done()  # the rest is per document (python -m harness estimate)
-    docs = list(store.iter_corpus(data))
+    docs = store.corpus_list(data)
     t0 = time.perf_counter()
     index = build_token_index(tok, docs, s["p_max_len"], s["skip_vocab"])
     build_seconds = time.perf_counter() - t0
@@ -79,7 +79,7 @@ def write_emb_index(ctx: Context, data: Path, model: Path, out: Path) -> dict[st
     encoding + CSR assembly (reading the corpus and writing the file excluded)."""
     enc = VDRModel.load(model, ctx.mcfg.get("torch_threads"), encode_device(ctx.mcfg))
     startup_done()
-    docs = list(store.iter_corpus(data))
+    docs = store.corpus_list(data)
     index, build_seconds = emb_index(enc, docs)
     index.save(out)
     m = index.matrix

@@ -154,9 +154,16 @@ def _latency_setup(ctx: Context, model_dir: Path):
     protocol, repeats, deviation = _protocol(cfg)
     enc = VDRModel.load(model_dir, ctx.mcfg.get("torch_threads"))
     bs = protocol.batch_size
-    corpus = list(store.iter_corpus(ctx.data_dir()))
     n_sample = lat.get("corpus_sample")
-    docs = corpus[: int(n_sample)] if n_sample and n_sample < len(corpus) else corpus
+    if n_sample:   # the sample is kept and the rest only counted (NQ's 21M passages are ~24 GiB in memory)
+        docs, n_corpus = [], 0
+        for d in store.iter_corpus(ctx.data_dir()):
+            if n_corpus < int(n_sample):
+                docs.append(d)
+            n_corpus += 1
+    else:
+        docs = store.corpus_list(ctx.data_dir())
+        n_corpus = len(docs)
     queries = store.read_queries(ctx.data_dir(), "test")
     qbatches = [[enc.question(q.text) for q in queries[i:i + bs]] for i in range(0, len(queries), bs)]
     gpu = _cuda_ok(cfg)
@@ -168,7 +175,7 @@ def _latency_setup(ctx: Context, model_dir: Path):
         "bs": bs, "max_len": protocol.max_length or enc.s["p_max_len"], "trim": protocol.trim,
         "k": cfg["evaluate"]["depth"], "total_batches": len(qbatches), "qbatches": qbatches,
         "n_batches": int(lat.get("batches", 2)), "n_rerank": int(lat.get("rerank_batches", 1)),
-        "n_queries": len(queries), "scale": len(corpus) / max(1, len(docs)), "corpus_passages": len(corpus),
+        "n_queries": len(queries), "scale": n_corpus / max(1, len(docs)), "corpus_passages": n_corpus,
         "dev": "cuda" if gpu else "cpu",
     }
 

@@ -130,7 +130,7 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
     rng = random.Random(seed)
     tctx = Context(ctx.cfg, ctx.method, s["train_dataset"])
     examples = loop.subsample(dpr.training_examples(tctx, negatives_file), s.get("max_train_questions"), seed)
-    docs = {d.id: d for d in store.iter_corpus(tctx.data_dir())}
+    docs = store.corpus_by_id(tctx.data_dir())
     ts = loop.TrainSettings.from_config(s, log_every=20)
     enc = VDRModel.from_backbone(ctx.cfg, s)
     n_hard = int(s["hard_negatives"])
