@@ -43,11 +43,12 @@ _HELD: dict[str, dict[str, int]] = {}
 
 
 def corpus_held(dataset: str, documents: int, nbytes: int) -> None:
-    """Note that this job holds ``documents`` records of ``dataset``'s corpus, about ``nbytes`` bytes
-    (a second hold of the same corpus, by another step of the job, adds to it)."""
+    """Note that this job holds ``documents`` records of ``dataset``'s corpus, about ``nbytes`` bytes.
+    A second hold of the same corpus counts once, the larger (the reader reads its corpus in two steps,
+    one after the other); holds of different corpora add up (LightRetriever keeps NQ's and MS MARCO's)."""
     got = _HELD.setdefault(str(dataset), {"documents": 0, "bytes": 0})
-    got["documents"] = max(got["documents"], int(documents))
-    got["bytes"] += int(nbytes)
+    if int(nbytes) > got["bytes"]:
+        got.update(documents=int(documents), bytes=int(nbytes))
 
 
 #: this process's device fallbacks: whether the job may take them (config ``device_fallback``, set by
