@@ -32,7 +32,7 @@ def negatives_job(cfg: Mapping[str, Any], dataset: str) -> Job:
     return Job("negatives", "negatives", "bm25", "mine", dataset,
                inputs={"data": Ref("data", dataset=dataset), "index": Ref("index", s["index"], dataset)},
                keys=("negatives", *affects("bm25", "search"), f"datasets.{dataset}.answer_rule"),
-               module="harness.negatives")
+               module="harness.negatives", mem_mb=4000)   # the corpus's texts by id: the paper profile books more
 
 
 def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) -> list[dict]:

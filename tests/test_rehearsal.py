@@ -754,6 +754,8 @@ def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_h
     # a variant without an entry of its own books its method's job's (the same corpus held, the same index)
     assert mem("train", job="bpr.a0") == mem("train", job="bpr@init") == paper["scheduler"]["mem_mb"]["train bpr"]
     assert mem("search", job="svdr.abl-m1", dataset="nq") == 185000 and mem("index", job="dpr.hnsw", dataset="nq") == 250000
+    # the negatives rule books through the plan too (it had 4,000 MB in its rule): the texts of NQ's corpus by id
+    assert mem("negatives", dataset="nq") == 36000 and hwf.resources(load_config(), "negatives", SimpleNamespace(dataset="smoke"), "mem_mb") == 4000
     assert mem("index", job="bm25", dataset="nq") == plan.get(paper).job("index", "bm25", "nq").mem_mb
     assert mem("evaluate", job="dpr", dataset="nq") == 4000
     short = estimate.totals(estimate.estimate(paper, tmp_path / "none", ledger.read()), 8)["under_booked"]

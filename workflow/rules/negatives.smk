@@ -15,7 +15,7 @@ rule negatives:
     conda:
         "../envs/harness.yaml"
     resources:
-        mem_mb=4000,
+        mem_mb=stage_resource("negatives", "mem_mb"),
         gpu=0,
     shell:
         "python -m harness --log {log} negatives --config {params.cfg} --dataset {wildcards.dataset} --out {output}"
