@@ -174,3 +174,25 @@ def test_qcr_encode_reads_an_iterable_batch_by_batch_with_its_count():
         m.encode(iter(texts[:20]), 32, 4, n=21)
     with pytest.raises(DataError, match="more than the 20 texts announced"):
         m.encode(iter(texts), 32, 4, n=20)
+
+
+def test_lightretriever_encodes_a_streamed_corpus_as_its_list_in_batches():
+    """LightRetriever's index job reads its corpus as it encodes (MS MARCO's 8.8M passages were held as
+    Docs, texts and token-id lists, ~40 GB, beside the dense batches and their concatenation): the
+    vectors, sparse rows and truncation count of an iterable with its count equal the list's, with
+    batches that do not divide it; another count fails."""
+    from harness.methods import lightretriever as lr
+    from harness.methods.lightretriever.index import encode_corpus
+
+    cfg = load_config([])
+    s = {**lr.settings(cfg), "encode_batch_size": 3, "p_max_len": 6}
+    model = lr.LightModel.from_backbone(cfg, s)
+    texts = [" ".join(WORDS[i % 7: i % 7 + 2 + i % 9]) for i in range(11)]
+    d, sp, tr = encode_corpus(model, s, texts, sparse=True)
+    d2, sp2, tr2 = encode_corpus(model, s, iter(texts), sparse=True, n=len(texts))
+    np.testing.assert_array_equal(d, d2)
+    assert (sp != sp2).nnz == 0 and tr == tr2 > 0 and d.shape[0] == len(texts) and d.dtype == np.float32
+    with pytest.raises(DataError, match="10 texts where 11 were announced"):
+        encode_corpus(model, s, iter(texts[:10]), sparse=False, n=11)
+    with pytest.raises(DataError, match="more than the 10 texts announced"):
+        encode_corpus(model, s, iter(texts), sparse=False, n=10)

@@ -67,6 +67,17 @@ def iter_corpus(folder: Path) -> Iterator[Doc]:
             raise DataError(f"{path}: record {rec.get('id')!r} lacks field {exc}") from None
 
 
+def corpus_size(folder: Path) -> int:
+    """Documents of a dataset folder: its meta.json's count (written with the corpus), else counted."""
+    import json
+
+    try:
+        n = json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8")).get("documents")
+    except (OSError, ValueError, AttributeError):
+        n = None
+    return int(n) if isinstance(n, int) else sum(1 for _ in iter_corpus(folder))
+
+
 def corpus_by_id(folder: Path) -> dict[str, Doc]:
     """The whole corpus as ``{id: Doc}``, noted as held by this job (:func:`note_held`)."""
     docs = {d.id: d for d in iter_corpus(folder)}

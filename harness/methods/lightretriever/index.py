@@ -4,7 +4,8 @@ rounded) and the float sparse matrix (``sparse.npz``, Figure 5's top-k)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +24,36 @@ from harness.recording import merged
 DENSE_DIR, SPARSE_DIR, SPARSE_NPZ = "dense", "sparse", "sparse.npz"
 
 
-def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Sequence[str], *, sparse: bool):
+def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str], *, sparse: bool,
+                  n: int | None = None):
     """Dense document vectors [N, H] (normalised) and, with ``sparse``, the sparse vectors as a CSR
-    matrix [N, V] (float32, before quantisation); counts truncated documents."""
+    matrix [N, V] (float32, before quantisation); counts truncated documents. ``texts``: a sequence,
+    or an iterable read a batch at a time with ``n`` its length (a corpus streamed from its file): each
+    batch is tokenised as it comes and its vectors written into one preallocated array (MS MARCO's
+    8.8M passages: their token ids as Python lists were ~25 GB, and the dense batches beside their
+    concatenation twice the 67 GiB of vectors); a count other than ``n`` fails."""
     import scipy.sparse as sps
+
+    from harness.errors import DataError
 
     torch = torch_for(s)
     bs = int(s["encode_batch_size"])
     maxlen = int(s["p_max_len"])
     prefix = model.prompt_ids(None)
-    dense, rows_sp = [], []
-    full_ids = model.tok([" " + t for t in texts], add_special_tokens=False)["input_ids"]
-    truncated = sum(len(x) > maxlen for x in full_ids)
-    all_rows = [list(x[:maxlen]) for x in full_ids]
+    if n is None:
+        texts = texts if isinstance(texts, Sequence) else list(texts)
+        n = len(texts)
+    it, done, truncated = iter(texts), 0, 0
+    dense_m, rows_sp = None, []
     table = model.cache_table(None) if s["dense_doc"] == "light" else None
     with torch.inference_mode():
-        for i in batches(len(texts), bs, "encode corpus (lightretriever)", "doc"):
-            rows = all_rows[i:i + bs]
+        for i in batches(n, bs, "encode corpus (lightretriever)", "doc"):
+            batch = list(islice(it, min(bs, n - i)))
+            if len(batch) != min(bs, n - i):
+                raise DataError(f"lightretriever encode: {i + len(batch)} texts where {n} were announced")
+            full_ids = model.tok([" " + t for t in batch], add_special_tokens=False)["input_ids"]
+            truncated += sum(len(x) > maxlen for x in full_ids)
+            rows = [list(x[:maxlen]) for x in full_ids]
             if s["dense_doc"] == "light" and not (sparse and s["sparse_doc"] == "full"):
                 h = mask = None
             else:
@@ -47,16 +61,25 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Sequence[str],
             if s["dense_doc"] == "light":
                 from harness.methods.lightretriever.ops import query_vector
 
-                dense.append(torch.nn.functional.normalize(query_vector(table, rows).float(), dim=-1).cpu().numpy())
+                v = torch.nn.functional.normalize(query_vector(table, rows).float(), dim=-1).cpu().numpy()
             else:
-                dense.append(model.eos_pool(h, mask).cpu().numpy())
+                v = model.eos_pool(h, mask).cpu().numpy()
+            if dense_m is None:
+                dense_m = np.empty((n, v.shape[1]), np.float32)
+            dense_m[i:i + len(batch)] = v
+            done = i + len(batch)
             if sparse:
                 if s["sparse_doc"] == "full":
-                    v = model.sparse_vectors(h, mask, len(prefix))
+                    w = model.sparse_vectors(h, mask, len(prefix))
                 else:
-                    v = model.counts(rows)
-                rows_sp.append(sps.csr_matrix(v.cpu().numpy()))
-    dense_m = np.concatenate(dense).astype(np.float32) if dense else np.zeros((0, model.hidden), np.float32)
+                    w = model.counts(rows)
+                rows_sp.append(sps.csr_matrix(w.cpu().numpy()))
+    if next(it, None) is not None:
+        raise DataError(f"lightretriever encode: more than the {n} texts announced")
+    if done != n:
+        raise DataError(f"lightretriever encode: {done} texts where {n} were announced")
+    if dense_m is None:
+        dense_m = np.zeros((0, model.hidden), np.float32)
     sp_m = sps.vstack(rows_sp).tocsr() if rows_sp else None
     return dense_m, sp_m, truncated
 
@@ -89,19 +112,24 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
         pyserini_env.start_jvm()  # the JVM the impact index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)
     ms = model.s
-    docs = store.corpus_list(inputs["data"])
+    ids: list[str] = []
+
+    def texts() -> Iterator[str]:   # the corpus read as it is encoded, not held (MS MARCO: ~10 GiB in Python objects)
+        for d in store.iter_corpus(inputs["data"]):
+            ids.append(d.id)
+            yield doc_text(d)
+
     t0 = time.perf_counter()
     with autocast:
         dense, sp, truncated = encode_corpus(model, merged(s, {k: ms[k] for k in ("dense_doc", "sparse_doc")}),
-                                             [doc_text(d) for d in docs], sparse=sparse)
+                                             texts(), sparse=sparse, n=store.corpus_size(inputs["data"]))
     t_enc = time.perf_counter() - t0
-    ids = [d.id for d in docs]
     spec = s["index"]
     index = DenseFaissIndex.build(parse_spec(spec)[1], dense)
     (out / DENSE_DIR).mkdir()
     index.save(out / DENSE_DIR)
     write_docids(out / DENSE_DIR, ids)
-    info: dict[str, Any] = {"spec": spec, "documents": len(docs), "dim": int(dense.shape[1]),
+    info: dict[str, Any] = {"spec": spec, "documents": len(ids), "dim": int(dense.shape[1]),
                             "truncated_documents": truncated, "p_max_len": int(s["p_max_len"]),
                             "encode_seconds": round(t_enc, 3), "encode_precision": precision,
                             "dense_bytes": int(index.nbytes)}

@@ -17,7 +17,6 @@ from harness.datasets import store
 from harness.errors import DataError
 from harness.indexes import build_index, load_index, pyserini_env
 from harness.indexes.lucene import LUCENE_DIR, analyze_words
-from harness.meta import META, read_meta
 from harness.methods.qcr.codebook import usage
 from harness.methods.qcr.model import QCRModel
 from harness.models.runtime import encode_device
@@ -117,12 +116,6 @@ def load_kmeans_codes(folder: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return flat, offsets, read_docids(folder, expect=len(offsets) - 1)
 
 
-def corpus_size(data_dir: Path) -> int:
-    """Documents of a dataset folder: its meta.json's count, else counted."""
-    n = read_meta(data_dir).get("documents") if (Path(data_dir) / META).is_file() else None
-    return int(n) if isinstance(n, int) else sum(1 for _ in store.iter_corpus(data_dir))
-
-
 def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path) -> dict[str, Any]:
     """Encode the corpus into codes (``codes.npy``, doc ids) and index their strings. The corpus is read
     as it is encoded (MS MARCO's 8.8M passages are not listed; the codes are filled batch by batch)."""
@@ -137,7 +130,7 @@ def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path)
             yield d.title, d.text
 
     t0 = time.perf_counter()
-    codes = model.encode(texts(), int(s["p_max_len"]), int(s["encode_batch_size"]), n=corpus_size(data_dir))
+    codes = model.encode(texts(), int(s["p_max_len"]), int(s["encode_batch_size"]), n=store.corpus_size(data_dir))
     t_enc = time.perf_counter() - t0
     np.save(out / CODES_FILE, codes)
     write_docids(out, ids)
