@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +114,26 @@ class BiEncoder:
         return np.concatenate(out) if out else np.zeros((0, self.q.config.hidden_size), np.float32)
 
     def encode_passages(self, titles: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        out = list(self.iter_passage_vectors(zip(titles, texts), len(texts)))
+        return np.concatenate(out) if out else np.zeros((0, self.p.config.hidden_size), np.float32)
+
+    def iter_passage_vectors(self, pairs: Iterable[tuple[str, str]], n: int) -> Iterator[np.ndarray]:
+        """The passage vectors (float32) of ``n`` (title, text) pairs, a batch at a time, the pairs read
+        as they are needed (a corpus streamed from its file: NQ's 21M passages are never held); a
+        count other than ``n`` fails."""
         torch = _torch(self.ctx)
         bs = self.ctx.mcfg.get("encode_batch_size", 64)
         self.p.eval()
-        out = []
+        it = iter(pairs)
         with torch.inference_mode():
-            for i in batches(len(texts), bs, "encode passages (dpr)", "passage"):
-                out.append(self.embed_p(self._batch_p(titles[i:i + bs], texts[i:i + bs]).to(self.device)).float().cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.p.config.hidden_size), np.float32)
+            for i in batches(n, bs, "encode passages (dpr)", "passage"):
+                batch = list(islice(it, min(bs, n - i)))
+                if len(batch) != min(bs, n - i):
+                    raise DataError(f"DPR encode: {i + len(batch)} passages where {n} were announced")
+                titles, texts = [b[0] for b in batch], [b[1] for b in batch]
+                yield self.embed_p(self._batch_p(titles, texts).to(self.device)).float().cpu().numpy()
+        if next(it, None) is not None:
+            raise DataError(f"DPR encode: more than the {n} passages announced")
 
 
 def training_examples(ctx: Context, negatives_file: Path | None) -> list[tuple[Query, list[str]]]:
@@ -307,15 +320,22 @@ def build_index(ctx: Context, out: Path, model_dir: Path, data_dir: Path | None 
     _, factory = parse_spec(spec)
     model = BiEncoder.load(ctx, model_dir, encode_device(ctx.mcfg))
     startup_done()  # the rest is per document (python -m harness estimate)
-    docs = store.corpus_list(data_dir or ctx.data_dir())
+    folder = data_dir or ctx.data_dir()
+    ids: list[str] = []
+
+    def pairs() -> Iterator[tuple[str, str]]:   # the corpus read as it is encoded (NQ: ~24.5 GiB held otherwise)
+        for d in store.iter_corpus(folder):
+            ids.append(d.id)
+            yield d.title, d.text
+
     t0 = time.perf_counter()
-    vecs = model.encode_passages([d.title for d in docs], [d.text for d in docs])
-    t_enc = time.perf_counter() - t0
-    index = DenseFaissIndex.build(factory, vecs)
+    # a Flat index takes each batch as it is encoded (the vectors are not held beside its copy); encoding
+    # and adding interleave, so encode_seconds is the whole build here
+    index = DenseFaissIndex.build_batches(factory, model.iter_passage_vectors(pairs(), store.corpus_size(folder)))
     build_seconds = time.perf_counter() - t0
     index.save(out)
-    write_docids(out, [d.id for d in docs])
-    return {"spec": spec, "documents": len(docs), "dim": int(vecs.shape[1]), "encode_seconds": t_enc,
+    write_docids(out, ids)
+    return {"spec": spec, "documents": len(ids), "dim": index.dim, "encode_seconds": build_seconds,
             "build_seconds": build_seconds}
 
 

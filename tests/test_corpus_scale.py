@@ -1,7 +1,8 @@
-"""QCR's corpus-wide jobs at MS MARCO's size (#28, item 3): the k-means baseline's centroid fit and
-index, the "w/ words" index and the code index read the corpus as they go and never hold what grows
-with it at once (token vectors: ~2 TB at 8.8M passages; analysed words; the corpus's texts), and give
-what the one-pass code gave. Memory is checked with tracemalloc (numpy's allocations are traced)."""
+"""Corpus-wide jobs at the papers' corpus sizes (#28, item 3): QCR's k-means baseline (centroid fit and
+index), its "w/ words" and code indexes, LightRetriever's, DPR's and BPR's indexes read the corpus as
+they go and never hold what grows with it at once (token vectors: ~2 TB at MS MARCO's 8.8M passages;
+analysed words; the corpus's texts and token ids; float vectors beside their index), and give what the
+one-pass code gave. Memory is checked with tracemalloc (numpy's allocations are traced)."""
 from __future__ import annotations
 
 import tracemalloc
@@ -196,3 +197,31 @@ def test_lightretriever_encodes_a_streamed_corpus_as_its_list_in_batches():
         encode_corpus(model, s, iter(texts[:10]), sparse=False, n=11)
     with pytest.raises(DataError, match="more than the 10 texts announced"):
         encode_corpus(model, s, iter(texts), sparse=False, n=10)
+
+
+def test_a_flat_faiss_index_takes_its_vectors_batch_by_batch_as_one_build_does():
+    """DenseFaissIndex.build_batches: a Flat index adds each batch as it comes (a generator is read once,
+    lazily) and equals the index built from the whole matrix (the same vectors, fixed bytes, spec and
+    hits); a spec that trains (PQ) collects the batches and builds as build does; no batch is an error."""
+    from harness.errors import ConfigError
+    from harness.indexes.faiss_dense import DenseFaissIndex
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3000, 32)).astype(np.float32)
+    given = []
+
+    def gen():
+        for a in range(0, len(x), 700):
+            given.append(a)
+            yield x[a:a + 700]
+
+    one, many = DenseFaissIndex.build("Flat", x), DenseFaissIndex.build_batches("Flat", gen())
+    assert given == list(range(0, 3000, 700)) and many.ntotal == one.ntotal == 3000
+    np.testing.assert_array_equal(many.index.reconstruct_n(0, 3000), x)
+    assert many.fixed_bytes == one.fixed_bytes and many.spec == one.spec == "faiss:Flat"
+    q = rng.standard_normal((5, 32)).astype(np.float32)
+    np.testing.assert_array_equal(many.index.search(q, 10)[1], one.index.search(q, 10)[1])
+    pq = DenseFaissIndex.build_batches("PQ8x8np", (x[a:a + 700] for a in range(0, 3000, 700)))
+    np.testing.assert_array_equal(pq.index.search(q, 10)[1], DenseFaissIndex.build("PQ8x8np", x).index.search(q, 10)[1])
+    with pytest.raises(ConfigError, match="got no batch"):
+        DenseFaissIndex.build_batches("Flat", iter(()))
