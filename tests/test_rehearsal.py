@@ -748,9 +748,9 @@ def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_h
 
     paper = load_config(["configs/profiles/paper.yaml"])
     mem = lambda stage, **wc: hwf.resources(paper, stage, SimpleNamespace(**wc), "mem_mb")  # noqa: E731
-    assert mem("index", job="dpr", dataset="nq") == paper["scheduler"]["mem_mb"]["index dpr"] == 100000
+    assert mem("index", job="dpr", dataset="nq") == paper["scheduler"]["mem_mb"]["index dpr"] == 75000
     # the learning check's untrained twin builds the same index: it books what its twin books
-    assert mem("index", job="dpr@init", dataset="nq") == 100000 and mem("search", job="svdr@init", dataset="nq") == 185000
+    assert mem("index", job="dpr@init", dataset="nq") == 75000 and mem("search", job="svdr@init", dataset="nq") == 185000
     # a variant without an entry of its own books its method's job's (the same corpus held, the same index)
     assert mem("train", job="bpr.a0") == mem("train", job="bpr@init") == paper["scheduler"]["mem_mb"]["train bpr"]
     assert mem("search", job="svdr.abl-m1", dataset="nq") == 185000 and mem("index", job="dpr.hnsw", dataset="nq") == 250000
