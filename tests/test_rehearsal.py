@@ -537,7 +537,7 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
     holders = []
     for d in measured_jobs(tmp_path / "rehearsal"):
         held = estimate.held_corpora(paper, d["cost"].get("held_corpora"))
-        if held is not None:
+        if held is not None and job_key(d) in pp.closure():   # rehearsal-tiny adds jobs of its own (bm25.train)
             job = pp.job(*job_key(d))
             holders.append((f"{job.stage} {job.id}", round(held[0] / 2**30, 1), booked_mem_mb(paper, job) / 1024))
     assert {"train dpr", "train bpr", "train lightretriever", "train qcr"} <= {h[0] for h in holders}, holders
