@@ -14,6 +14,7 @@ re-ranking score keep the first-stage order. Scores written to the run are order
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,18 +25,18 @@ Hits = dict[str, list[tuple[str, float]]]
 
 
 def rerank(run: Mapping[str, Sequence[tuple[str, float]]], queries: Sequence[Query], depths: Sequence[int],
-           docs: Mapping[str, Doc], encode_queries: Callable[[list[str]], Any],
+           docs: Mapping[str, Doc] | Path, encode_queries: Callable[[list[str]], Any],
            encode_passages: Callable[[list[Doc]], Any]) -> dict[int, Hits]:
     """Re-rank ``run`` at every depth of ``depths``; ``encode_*`` return a numpy array or a scipy
-    sparse matrix with one row per input, compared by inner product."""
+    sparse matrix with one row per input, compared by inner product. ``docs``: the passages by id, or a
+    dataset folder whose corpus is read for the passages re-ranked alone (the queries' top m, not
+    NQ's 21M passages held whole)."""
     if not depths:
         return {}
     deepest = max(depths)
     qs = [q for q in queries if q.id in run]
-    needed: dict[str, int] = {}
-    for q in qs:
-        for d, _ in run[q.id][:deepest]:
-            needed.setdefault(d, len(needed))
+    needed = _needed(run, qs, deepest)
+    docs = _passages(docs, needed)
     P = encode_passages([docs[d] for d in needed]) if needed else None
     Q = encode_queries([q.text for q in qs]) if qs else None
     out: dict[int, Hits] = {m: {} for m in depths}
@@ -52,6 +53,24 @@ def rerank(run: Mapping[str, Sequence[tuple[str, float]]], queries: Sequence[Que
             n = len(ranked)
             out[m][q.id] = [(d, float(n - r)) for r, d in enumerate(ranked)]
     return out
+
+
+def _needed(run: Mapping[str, Sequence[tuple[str, float]]], queries: Sequence[Query], deepest: int) -> dict[str, int]:
+    """The passages re-ranked (every query's top ``deepest``), each with its row, in first-seen order."""
+    needed: dict[str, int] = {}
+    for q in queries:
+        for d, _ in run.get(q.id, [])[:deepest]:
+            needed.setdefault(d, len(needed))
+    return needed
+
+
+def _passages(docs: Mapping[str, Doc] | Path, needed: Mapping[str, int]) -> Mapping[str, Doc]:
+    """``docs``, or the ``needed`` passages read from the corpus of the dataset folder ``docs``."""
+    if not isinstance(docs, (str, Path)):
+        return docs
+    from harness.datasets import store
+
+    return {d.id: d for d in store.iter_corpus(Path(docs)) if d.id in needed}
 
 
 def stored(matrix: Any, ids: Sequence[str], key: Callable[[Any], str] = str) -> Callable[[Sequence[Any]], Any]:
@@ -71,7 +90,7 @@ def _dot(Q, qi: int, P, rows: list[int]) -> np.ndarray:
 
 
 def write_reranked(out, first_stage: Mapping[str, Sequence[tuple[str, float]]], queries: Sequence[Query],
-                   depths: Sequence[int], docs: Mapping[str, Doc], encode_queries: Callable[[list[str]], Any],
+                   depths: Sequence[int], docs: Mapping[str, Doc] | Path, encode_queries: Callable[[list[str]], Any],
                    encode_passages: Callable[[list[Doc]], Any], *, system: str, dataset: str | None, depth: int,
                    note: str) -> None:
     """Re-rank ``first_stage`` at every depth m and write ``<out>/<system>-m<m>.trec`` (+ meta): the
@@ -81,6 +100,8 @@ def write_reranked(out, first_stage: Mapping[str, Sequence[tuple[str, float]]], 
 
     from harness.artifacts import write_run_with_meta
 
+    if depths:   # the passages read before the clock starts, as when the caller passed them
+        docs = _passages(docs, _needed(first_stage, [q for q in queries if q.id in first_stage], max(depths)))
     t0 = time.perf_counter()
     res = rerank(first_stage, queries, depths, docs, encode_queries, encode_passages)
     seconds = time.perf_counter() - t0

@@ -87,6 +87,9 @@ def test_bm25_rerank_reads_the_flat_index_vectors_and_matches_encoding_on_the_fl
                               "bm25_run": tmp_path / "bm25"}, tmp_path / "runs")
     fly = rerank(bm25, queries, [5, 20], {d.id: d for d in docs}, s.model.encode_questions,
                  lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds]))
+    # given the dataset folder, rerank reads the re-ranked passages alone (not the corpus whole): the same
+    assert rerank(bm25, queries, [5, 20], ctx.data_dir(), s.model.encode_questions,
+                  lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds])) == fly
     for m in (5, 20):
         got = read_run(tmp_path / "runs" / f"dpr.bm25-m{m}.trec")
         assert {q: [d for d, _ in h] for q, h in got.items()} == {q: [d for d, _ in h] for q, h in fly[m].items()}

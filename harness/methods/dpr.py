@@ -363,7 +363,7 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
         passages = (stored(xb, s.docids, key=lambda d: d.id) if xb is not None else
                     (lambda ds: s.model.encode_passages([d.title for d in ds], [d.text for d in ds])))
         write_reranked(out, read_run(inputs["bm25_run"] / "bm25.trec"), queries, depths,
-                       store.corpus_by_id(inputs["data"]), stored(qvecs, [q.text for q in queries]),
+                       Path(inputs["data"]), stored(qvecs, [q.text for q in queries]),
                        passages, system=f"{job.systems[0]}.bm25", dataset=job.dataset, depth=k,
                        note="BM25 top m re-scored by the trained DPR encoders" + (
                            " (passage vectors read from the Flat index)" if xb is not None else ""))

@@ -58,7 +58,7 @@ def search_variants(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
         # E_θ(q) and E_θ(p) as computed above and stored in the embedding index (encode_passages built
         # it): the vectors the method embeds on the fly, not computed a second time here; what
         # embedding the top m on the fly costs is Table 2's (measure svdr.latency)
-        write_reranked(out, beta_hits, queries, depths, store.corpus_by_id(inputs["data"]),
+        write_reranked(out, beta_hits, queries, depths, Path(inputs["data"]),
                        stored(eq, texts), stored(emb.matrix, emb.docids, key=lambda d: d.id),
                        system=f"{name}.beta", dataset=dataset, depth=k,
                        note=("the beta top m re-scored by <E_θ(q), E_θ(p)>, E_θ(p) read from the embedding index "
