@@ -225,3 +225,30 @@ def test_a_flat_faiss_index_takes_its_vectors_batch_by_batch_as_one_build_does()
     np.testing.assert_array_equal(pq.index.search(q, 10)[1], DenseFaissIndex.build("PQ8x8np", x).index.search(q, 10)[1])
     with pytest.raises(ConfigError, match="got no batch"):
         DenseFaissIndex.build_batches("Flat", iter(()))
+
+
+def test_qcr_table2_reads_each_documents_codes_and_words_as_pmi_iterates_them(tmp_path, monkeypatch):
+    """Table 2's PMI over every document: its code sets and analysed words are made as pmi_words
+    iterates them (twice), not listed (MS MARCO: ~120 GB of sets and words); the result is the one the
+    lists give."""
+    from harness.indexes.lucene import analyze_words
+    from harness.methods.qcr import measure as qm
+    from harness.methods.qcr.codebook import pmi_words
+
+    data, docs = _corpus(tmp_path, 60, seed=6)
+    codes = np.random.default_rng(7).integers(0, 20, (60, 8)).astype(np.uint16)
+    ids = [d.id for d in docs]
+    got = {}
+
+    def spy(rows, words, **kw):
+        got["lists"] = isinstance(rows, list) or isinstance(words, list)
+        got["pmi"] = pmi_words(rows, words, **kw)
+        return got["pmi"]
+
+    monkeypatch.setattr(qm, "pmi_words", spy)
+    out = tmp_path / "out"
+    out.mkdir()
+    qm._table2({"analysis": {"pmi_top": 5, "pmi_min_count": 2, "pmi_codes": 3}}, "d", "t", {"data": data}, out, codes, ids)
+    want = pmi_words([set(r) for r in codes.tolist()], [set(w) for w in analyze_words([d.text for d in docs])],
+                     top=5, min_count=2, n_codes=3)
+    assert not got["lists"] and got["pmi"] == want and len(want) == 3 and all(want.values())

@@ -166,10 +166,10 @@ def source_strings(source: Path, positional: bool, kmeans: bool) -> tuple[list[s
                                   positional=positional)
 
 
-def corpus_texts(data_dir: Path, ids: Sequence[str]) -> Iterator[str]:
-    """The texts (title, newline, text) of ``ids`` read in one pass over the corpus file, whose order
-    a code index's rows keep (both are written from it in order); a record out of that order fails,
-    naming it (the source index is older than the corpus)."""
+def corpus_texts(data_dir: Path, ids: Sequence[str], *, title: bool = True) -> Iterator[str]:
+    """The texts (title, newline, text; ``title=False``: the text alone) of ``ids`` read in one pass
+    over the corpus file, whose order a code index's rows keep (both are written from it in order); a
+    record out of that order fails, naming it (the source index is older than the corpus)."""
     path = Path(data_dir) / store.CORPUS
     docs = store.iter_corpus(data_dir)
     for n, want in enumerate(ids, 1):
@@ -178,7 +178,7 @@ def corpus_texts(data_dir: Path, ids: Sequence[str]) -> Iterator[str]:
             raise DataError(f"{path}: record {n} is {d.id if d else 'missing (end of file)'!r}, the source "
                             f"index's row {n} is {want!r}: the index was built from another corpus",
                             fix="rebuild the source index (delete its folder and run the workflow again)")
-        yield f"{d.title}\n{d.text}" if d.title else d.text
+        yield f"{d.title}\n{d.text}" if d.title and title else d.text
     extra = next(docs, None)
     if extra is not None:
         raise DataError(f"{path}: record {len(ids) + 1} ({extra.id!r}) and on are not in the source index "

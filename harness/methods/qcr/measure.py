@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from harness.methods.qcr.codebook import (
     pmi_words,
     usage,
 )
-from harness.methods.qcr.index import code_strings, load_codes, load_lucene
+from harness.methods.qcr.index import WORDS_BLOCK, code_strings, corpus_texts, load_codes, load_lucene
 from harness.methods.qcr.model import QCRModel
 from harness.methods.qcr.search import distance_matrix, encode_queries, first_stage_depth, rescore_run
 from harness.methods.qcr.settings import CODES_FILE, codebook_size, codes_k, grid_point, settings
@@ -132,14 +133,37 @@ def _fig_a2(s: Mapping[str, Any], d: str, title: str, inputs: Mapping[str, Path]
     plot_usage(usages, out / "figA2.png", title)
 
 
+class _Reread:
+    """A sequence of ``n`` items made anew each time it is iterated (``make``): what pmi_words reads
+    twice without a corpus's worth of them held."""
+
+    def __init__(self, n: int, make) -> None:
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(self.make())
+
+
+def _blocks(items, n: int = WORDS_BLOCK):
+    it = iter(items)
+    while block := list(islice(it, n)):
+        yield block
+
+
 def _table2(s: Mapping[str, Any], d: str, title: str, inputs: Mapping[str, Path], out: Path,
             doc_codes: np.ndarray, docids: Sequence[str]) -> None:
     """Table 2: the words with the highest document-level PMI per code (metrics files and table2.md)."""
     a = s["analysis"]
-    docs = store.corpus_by_id(inputs["data"])
-    words = analyze_words([docs[x].text for x in docids])
-    pmi = pmi_words([set(r) for r in doc_codes.tolist()], [set(w) for w in words], top=a["pmi_top"],
-                       min_count=a["pmi_min_count"], n_codes=a["pmi_codes"])
+    # every document's code and word sets, read as pmi_words iterates them (twice): at MS MARCO's 8.8M
+    # passages the lists of sets and analysed words were ~120 GB
+    rows = _Reread(len(docids), lambda: (r for b in range(0, len(doc_codes), WORDS_BLOCK)
+                                         for r in doc_codes[b:b + WORDS_BLOCK].tolist()))
+    words = _Reread(len(docids), lambda: (w for block in _blocks(corpus_texts(inputs["data"], docids, title=False))
+                                          for w in analyze_words(block)))
+    pmi = pmi_words(rows, words, top=a["pmi_top"], min_count=a["pmi_min_count"], n_codes=a["pmi_codes"])
     for rank, (c, ws) in enumerate(pmi.items(), 1):
         write_json(out / f"qcr.pmi-{rank}.json", _metric(f"qcr.pmi-{rank}", d, {
             "code": (int(c), "count", "code id (by document frequency rank)"),
