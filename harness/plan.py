@@ -136,13 +136,17 @@ class Plan:
                 raise ConfigError(f"config section {where} ({stage} job {job.id!r}): {exc}") from None
         for key in ((self.cfg.get("scheduler") or {}).get("mem_mb") or {}):  # bookings name jobs of this plan
             stage, _, job_id = str(key).partition(" ")
-            if not any(s == stage and i == job_id for s, i, _ in self.jobs):
+            job_id, _, on = job_id.partition(" on ")
+            closure = self.closure() if on else {}
+            if not (any(s == stage and i == job_id for s, i, _ in self.jobs) and (not on or any(
+                    s == stage and i == job_id and d == on for s, i, d in closure))):
                 import difflib
 
                 known = sorted({f"{s} {i}" for s, i, _ in self.jobs})
                 close = difflib.get_close_matches(str(key), known, n=1)
                 raise ConfigError(f"scheduler.mem_mb: {key!r} names no job of this plan (a key is '<stage> <job id>', "
-                                  f"e.g. 'index dpr')" + (f"; did you mean {close[0]!r}?" if close else ""),
+                                  f"e.g. 'index dpr', or '<stage> <job id> on <dataset>')"
+                                  + (f"; did you mean {close[0]!r}?" if close else ""),
                                   fix="spell the key as `snakemake -n` prints the job's stage and id")
 
     def concrete(self, stage: str) -> list[Job]:

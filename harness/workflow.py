@@ -70,14 +70,17 @@ def booked_mem_mb(cfg: Mapping[str, Any], job: hplan.Job) -> int:
     """The memory (MB) a job books: the profile's ``scheduler.mem_mb`` entry for it (``"<stage> <job
     id>"``, on every dataset: what an index it builds or loads holds at the profile's scale, from the
     cost estimate) or what its method declared (``Job.mem_mb``). A learning check's ``@init`` twin
-    builds and loads an index of the same shape: it books what its twin's entry books; a variant
-    (``bpr.a0``, ``svdr.abl-m1``) without an entry of its own books its method's job's entry (``train
-    bpr``: the same corpus held, the same index loaded), else what its method declared."""
+    builds and loads an index of the same shape: it books what its twin's entry books; a variant's
+    train job (``bpr.a0``) without an entry of its own books its method's (``train bpr``: the same
+    training corpora held), else what its method declared. ``"<stage> <job id> on <dataset>"`` books
+    one dataset's job (LightRetriever's index of MS MARCO, not of SciFact)."""
     booked = ((cfg.get("scheduler") or {}).get("mem_mb") or {})
     own = job.id.replace(INIT, "")
-    base = booked.get(f"{job.stage} {own.split('.')[0]}", job.mem_mb)  # a variant: its method's job's entry
+    # a variant's train job holds what its method's does (the same training corpora)
+    base = booked.get(f"{job.stage} {own.split('.')[0]}", job.mem_mb) if str(job.stage) == "train" else job.mem_mb
     twin = booked.get(f"{job.stage} {own}", base)
-    return int(booked.get(f"{job.stage} {job.id}", twin))
+    found = booked.get(f"{job.stage} {job.id}", twin)
+    return int(booked.get(f"{job.stage} {job.id} on {job.dataset}", found) if job.dataset else found)
 
 
 def _served(cfg: Mapping[str, Any]) -> dict[tuple[str, str, str | None], set[tuple[str, str]]]:
