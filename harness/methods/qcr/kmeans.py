@@ -176,7 +176,7 @@ def kmeans_index(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[s
     np.save(out / CODES_FILE, flat)
     np.save(out / KMEANS_OFFSETS, offsets)
     write_docids(out, ids)
-    return {**build_lucene(s["index"], ids, iter_kmeans_strings(flat, offsets), out, s), "tokens": int(len(flat))}
+    return {**build_lucene(s["index"], ids, iter_kmeans_strings(flat, offsets), out, s), "tokens": len(flat)}
 
 
 def kmeans_runs(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *,

@@ -157,10 +157,9 @@ def _latency_setup(ctx: Context, model_dir: Path):
     n_sample = lat.get("corpus_sample")
     if n_sample:   # the sample is kept and the rest only counted (NQ's 21M passages are ~24 GiB in memory)
         docs, n_corpus = [], 0
-        for d in store.iter_corpus(ctx.data_dir()):
-            if n_corpus < int(n_sample):
+        for n_corpus, d in enumerate(store.iter_corpus(ctx.data_dir()), 1):
+            if n_corpus <= int(n_sample):
                 docs.append(d)
-            n_corpus += 1
     else:
         docs = store.corpus_list(ctx.data_dir())
         n_corpus = len(docs)
