@@ -19,6 +19,10 @@ from harness.errors import ConfigError, DataError
 INDEX_FILE = "embeddings.npz"
 
 
+#: the most query x document scores a search holds at once (float32: 1 GiB)
+SCORES_MAX_ELEMENTS = 1 << 28
+
+
 class SparseEmbeddingIndex:
     """E_θ(D) as a scipy CSR [n_docs, vocab] float32 (spec ``sparse-csr``); exact inner-product
     top-k by sparse matrix products (the paper uses torch.sparse; same scores)."""
@@ -79,6 +83,9 @@ class SparseEmbeddingIndex:
         if q.shape[1] != self.matrix.shape[1]:
             raise ConfigError(f"queries have {q.shape[1]} dims, the index {self.matrix.shape[1]}")
         ts = self.by_dim
+        # a batch's dense scores are [batch, n_docs]: at NQ's 21M passages 256 queries were 21.5 GB (and
+        # their sparse product more); batches shrink to hold at most SCORES_MAX_ELEMENTS (same scores)
+        batch = max(1, min(batch, SCORES_MAX_ELEMENTS // max(1, ts.shape[1])))
         out_s, out_i = [], []
         for i in range(0, q.shape[0], batch):
             scores = (q[i : i + batch] @ ts).toarray()
