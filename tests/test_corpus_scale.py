@@ -296,3 +296,13 @@ def test_svdr_stacks_its_passage_vectors_freeing_each_part_and_searches_in_bound
     assert max(shapes) == (3, 300) and len(shapes) == 14
     np.testing.assert_array_equal(whole[0], small[0])
     np.testing.assert_array_equal(whole[1], small[1])
+
+
+def test_corpus_size_counts_the_records_iter_corpus_gives_without_parsing(tmp_path):
+    """The count an index job preallocates for: the corpus file's non-blank lines, as iter_corpus reads
+    them (a meta.json's "documents" is not trusted: a queries-only folder writes 0 there)."""
+    data, docs = _corpus(tmp_path, 37, seed=10)
+    with open(data / store.CORPUS, "a", encoding="utf-8") as fh:
+        fh.write("\n  \n")
+    (data / "meta.json").write_text('{"documents": 0}')
+    assert store.corpus_size(data) == sum(1 for _ in store.iter_corpus(data)) == 37

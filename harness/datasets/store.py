@@ -68,14 +68,10 @@ def iter_corpus(folder: Path) -> Iterator[Doc]:
 
 
 def corpus_size(folder: Path) -> int:
-    """Documents of a dataset folder: its meta.json's count (written with the corpus), else counted."""
-    import json
-
-    try:
-        n = json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8")).get("documents")
-    except (OSError, ValueError, AttributeError):
-        n = None
-    return int(n) if isinstance(n, int) else sum(1 for _ in iter_corpus(folder))
+    """Documents of a dataset folder's corpus: its non-blank lines, counted without parsing them (NQ's
+    21M passages in seconds), the records :func:`iter_corpus` gives."""
+    with open(Path(folder) / CORPUS, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
 
 
 def corpus_by_id(folder: Path) -> dict[str, Doc]:
