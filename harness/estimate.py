@@ -126,7 +126,7 @@ def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
 
 def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
             measured: Mapping[str, Any] | None = None, measured_bytes: int | None = None,
-            fixed_bytes: int | None = None) -> dict[str, Any]:
+            fixed_bytes: int | None = None, spec: str | None = None) -> dict[str, Any]:
     """One job's projected cost in profile ``cfg`` from its measured ``cost`` (a rehearsal job's;
     ``measured``: that job's config values, which say the stages a schedule ran; ``measured_bytes``:
     its artifact's size, projected by :func:`disk`)."""
@@ -138,7 +138,7 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
            "hardware": cost.get("gpu") or "cpu",
            # steady: fixed seconds once + the median later step per step; whole: every second per unit
            "pricing": cost.get("pricing", "whole")}
-    projected = disk(job, units, cost, measured_bytes, fixed_bytes)
+    projected = disk(job, units, cost, measured_bytes, fixed_bytes, spec)
     out["disk_gib"] = round(projected / 2**30, 3) if projected is not None else None
     held = held_corpora(cfg, cost.get("held_corpora"))
     if held is not None:
@@ -159,6 +159,10 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
     else:
         out["seconds"] = None
     return out
+
+
+#: the most entries a scipy sparse matrix indexes with int32 (past it: int64 column ids and row offsets)
+INT32_MAX = 2**31 - 1
 
 
 def held_corpora(cfg: Mapping[str, Any], held: Mapping[str, Mapping[str, int]] | None
@@ -183,14 +187,22 @@ def held_corpora(cfg: Mapping[str, Any], held: Mapping[str, Mapping[str, int]] |
 
 
 def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes: int | None,
-         fixed_bytes: int | None = None) -> float | None:
+         fixed_bytes: int | None = None, spec: str | None = None) -> float | None:
     """Bytes of ``job``'s artifact in the profile, projected from the rehearsal's ``measured_bytes``:
     an index (and a run file) grows with its documents (queries), so it is scaled by the profile's
     units over the measured ones, but for its ``fixed_bytes`` (a PQ's codebooks: the trained index
     before any vector, where the job recorded it), kept once; a model is the same size whatever its
-    steps, and a measurement is kept as measured. None where nothing was measured or a count is missing."""
+    steps, and a measurement is kept as measured. None where nothing was measured or a count is missing.
+    A ``sparse-csr`` index (SVDR's E(D), an uncompressed scipy CSR: 4-byte values, int32 column ids and
+    row offsets on a slice) whose entries pass 2^31 at the profile's scale keeps int64 ids and offsets
+    there, as scipy does: 12 bytes an entry, not 8 (NQ's ~16G entries: ~182 GiB, not ~122)."""
     if measured_bytes is None:
         return None
+    if job.stage == "index" and spec == "sparse-csr" and units is not None and cost.get("units"):
+        n_meas, n_prof = float(cost["units"]) * 1000, float(units) * 1000   # documents (units of 1,000)
+        nnz = max(0.0, float(measured_bytes) - 4 * (n_meas + 1)) / 8 * units / float(cost["units"])
+        if nnz > INT32_MAX:
+            return nnz * 12 + 8 * (n_prof + 1)
     if job.stage in ("index", "search"):
         measured = cost.get("units")
         fixed = min(float(fixed_bytes or 0), float(measured_bytes))
@@ -502,7 +514,7 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
 
     stage = job.stage
     d = ledger.pick(cands, bool(job.gpu), now)
-    row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"))
+    row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"))
     hw = d.get("hardware") or {}
     if row["hardware"] == "cpu" and hw.get("cpu"):
         row["hardware"] = f"{hw['cpu']} ({hw['simd'] + ', ' if hw.get('simd') else ''}{hw.get('cpus', '?')} cores)"
