@@ -598,9 +598,10 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     twins = [r for r in known if INIT in r["job"]]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
-    short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), _held_in_memory(r),
-                     r["booked_gib"]) for r in rows if _held_in_memory(r) is not None and r.get("booked_gib") is not None
-                    and _held_in_memory(r) > r["booked_gib"]), key=lambda x: -x[1])
+    held = [(r, _held_in_memory(r)) for r in rows]
+    short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), gib,
+                     r["booked_gib"]) for r, gib in held
+                    if gib is not None and r.get("booked_gib") is not None and gib > r["booked_gib"]), key=lambda x: -x[1])
     projected_host = [r["host_projected_gib"] for r in rows if r.get("host_projected_gib") is not None]
     return {"jobs": len(rows), "borrowed": sum(1 for r in rows if r.get("measured_on_dataset") and not r.get("borrowed_from")),
             "siblings": sum(1 for r in rows if r.get("borrowed_from") and not r.get("scaled_by")),

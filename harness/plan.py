@@ -136,10 +136,9 @@ class Plan:
                 raise ConfigError(f"config section {where} ({stage} job {job.id!r}): {exc}") from None
         for key in ((self.cfg.get("scheduler") or {}).get("mem_mb") or {}):  # bookings name jobs of this plan
             stage, _, job_id = str(key).partition(" ")
-            job_id, _, on = job_id.partition(" on ")
-            closure = self.closure() if on else {}
-            if not (any(s == stage and i == job_id for s, i, _ in self.jobs) and (not on or any(
-                    s == stage and i == job_id and d == on for s, i, d in closure))):
+            job_id, _, on = job_id.partition(" on ")   # '<stage> <job id> on <dataset>': that dataset's job
+            if not any(s == stage and i == job_id and (not on or d == on)
+                       for s, i, d in (self.closure() if on else self.jobs)):
                 import difflib
 
                 known = sorted({f"{s} {i}" for s, i, _ in self.jobs})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -34,6 +35,31 @@ def batches(n: int, batch_size: int, desc: str, unit: str = "item") -> Iterator[
         for i in range(0, n, batch_size):
             yield i
             bar.update(min(batch_size, n - i))
+
+
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last shorter), read a list at a time (itertools.batched from
+    Python 3.12)."""
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def counted_batches(items: Iterable[T], n: int, batch_size: int, what: str, unit: str = "item",
+                    bar: bool = True) -> Iterator[list[T]]:
+    """``items``, an iterable of ``n`` (a corpus streamed from its file into a preallocated array), in
+    lists of ``batch_size``, with :func:`batches`' bar (``bar``); fewer or more than ``n`` fails,
+    naming ``what`` and the count."""
+    from harness.errors import DataError
+
+    it = iter(items)
+    for i in (batches(n, batch_size, what, unit) if bar else range(0, n, batch_size)):
+        batch = list(islice(it, min(batch_size, n - i)))
+        if len(batch) != min(batch_size, n - i):
+            raise DataError(f"{what}: {i + len(batch)} {unit}s where {n} were announced")
+        yield batch
+    if next(it, None) is not None:
+        raise DataError(f"{what}: more than the {n} {unit}s announced")
 
 
 # ----------------------------------------------------------------------------- the console

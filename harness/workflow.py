@@ -77,7 +77,7 @@ def booked_mem_mb(cfg: Mapping[str, Any], job: hplan.Job) -> int:
     booked = ((cfg.get("scheduler") or {}).get("mem_mb") or {})
     own = job.id.replace(INIT, "")
     # a variant's train job holds what its method's does (the same training corpora)
-    base = booked.get(f"{job.stage} {own.split('.')[0]}", job.mem_mb) if str(job.stage) == "train" else job.mem_mb
+    base = booked.get(f"{job.stage} {job.method}", job.mem_mb) if str(job.stage) == "train" else job.mem_mb
     twin = booked.get(f"{job.stage} {own}", base)
     found = booked.get(f"{job.stage} {job.id}", twin)
     return int(booked.get(f"{job.stage} {job.id} on {job.dataset}", found) if job.dataset else found)

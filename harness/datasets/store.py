@@ -58,13 +58,18 @@ def write_queries(folder: Path, split: str, queries: Iterable[Query]) -> int:
     return write_jsonl(folder / queries_file(split), rows())
 
 
-def iter_corpus(folder: Path) -> Iterator[Doc]:
+def iter_corpus(folder: Path, ids: list[str] | None = None) -> Iterator[Doc]:
+    """The corpus's documents in file order; ``ids``: a list each document's id is appended to as it is
+    read (a job that streams its corpus into an encoder keeps the ids, row for row, and nothing else)."""
     path = Path(folder) / CORPUS
     for rec in iter_jsonl(path):
         try:
-            yield Doc(str(rec["id"]), rec.get("title") or "", rec["text"])
+            doc = Doc(str(rec["id"]), rec.get("title") or "", rec["text"])
         except KeyError as exc:
             raise DataError(f"{path}: record {rec.get('id')!r} lacks field {exc}") from None
+        if ids is not None:
+            ids.append(doc.id)
+        yield doc
 
 
 def corpus_size(folder: Path) -> int:

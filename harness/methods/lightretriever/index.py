@@ -4,8 +4,7 @@ rounded) and the float sparse matrix (``sparse.npz``, Figure 5's top-k)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from harness.indexes import pyserini_env
 from harness.methods.lightretriever.model import LightModel, doc_text
 from harness.methods.lightretriever.settings import settings
 from harness.models.runtime import encode_autocast, encode_device, torch_for
-from harness.progress import batches
+from harness.progress import counted_batches
 from harness.recording import merged
 
 DENSE_DIR, SPARSE_DIR, SPARSE_NPZ = "dense", "sparse", "sparse.npz"
@@ -34,8 +33,6 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
     concatenation twice the 67 GiB of vectors); a count other than ``n`` fails."""
     import scipy.sparse as sps
 
-    from harness.errors import DataError
-
     torch = torch_for(s)
     bs = int(s["encode_batch_size"])
     maxlen = int(s["p_max_len"])
@@ -43,14 +40,11 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
     if n is None:
         texts = texts if isinstance(texts, Sequence) else list(texts)
         n = len(texts)
-    it, done, truncated = iter(texts), 0, 0
+    i, truncated = 0, 0
     dense_m, rows_sp = None, []
     table = model.cache_table(None) if s["dense_doc"] == "light" else None
     with torch.inference_mode():
-        for i in batches(n, bs, "encode corpus (lightretriever)", "doc"):
-            batch = list(islice(it, min(bs, n - i)))
-            if len(batch) != min(bs, n - i):
-                raise DataError(f"lightretriever encode: {i + len(batch)} texts where {n} were announced")
+        for batch in counted_batches(texts, n, bs, "encode corpus (lightretriever)", "text"):
             full_ids = model.tok([" " + t for t in batch], add_special_tokens=False)["input_ids"]
             truncated += sum(len(x) > maxlen for x in full_ids)
             rows = [list(x[:maxlen]) for x in full_ids]
@@ -67,17 +61,13 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
             if dense_m is None:
                 dense_m = np.empty((n, v.shape[1]), np.float32)
             dense_m[i:i + len(batch)] = v
-            done = i + len(batch)
+            i += len(batch)
             if sparse:
                 if s["sparse_doc"] == "full":
                     w = model.sparse_vectors(h, mask, len(prefix))
                 else:
                     w = model.counts(rows)
                 rows_sp.append(sps.csr_matrix(w.cpu().numpy()))
-    if next(it, None) is not None:
-        raise DataError(f"lightretriever encode: more than the {n} texts announced")
-    if done != n:
-        raise DataError(f"lightretriever encode: {done} texts where {n} were announced")
     if dense_m is None:
         dense_m = np.zeros((0, model.hidden), np.float32)
     sp_m = sps.vstack(rows_sp).tocsr() if rows_sp else None
@@ -113,16 +103,11 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
     startup_done()  # the rest is per document (python -m harness estimate)
     ms = model.s
     ids: list[str] = []
-
-    def texts() -> Iterator[str]:   # the corpus read as it is encoded, not held (MS MARCO: ~10 GiB in Python objects)
-        for d in store.iter_corpus(inputs["data"]):
-            ids.append(d.id)
-            yield doc_text(d)
-
+    texts = (doc_text(d) for d in store.iter_corpus(inputs["data"], ids))   # read as encoded (MS MARCO: ~10 GiB)
     t0 = time.perf_counter()
     with autocast:
         dense, sp, truncated = encode_corpus(model, merged(s, {k: ms[k] for k in ("dense_doc", "sparse_doc")}),
-                                             texts(), sparse=sparse, n=store.corpus_size(inputs["data"]))
+                                             texts, sparse=sparse, n=store.corpus_size(inputs["data"]))
     t_enc = time.perf_counter() - t0
     spec = s["index"]
     index = DenseFaissIndex.build(parse_spec(spec)[1], dense)

@@ -20,6 +20,7 @@ from harness.indexes.lucene import LUCENE_DIR, analyze_words
 from harness.methods.qcr.codebook import usage
 from harness.methods.qcr.model import QCRModel
 from harness.models.runtime import encode_device
+from harness.progress import chunks
 from harness.methods.qcr.settings import CODES_FILE, KMEANS_OFFSETS, codebook_size, codes_k
 
 
@@ -68,8 +69,8 @@ def with_words(code_texts: Iterable[str], texts: Sequence[str]) -> list[str]:
 def iter_with_words(code_texts: Iterable[str], texts: Iterable[str], block: int = WORDS_BLOCK) -> Iterator[str]:
     """:func:`with_words` a block of texts at a time, both iterables read as they go (a corpus's analysed
     words, MS MARCO's 8.8M passages, are never listed at once); as many code strings as texts, or it fails."""
-    codes, words = iter(code_texts), iter(texts)
-    while t := list(islice(words, block)):
+    codes = iter(code_texts)
+    for t in chunks(texts, block):
         c = list(islice(codes, len(t)))
         if len(c) != len(t):
             raise DataError(f"w/ words: {len(c)} code string(s) left for a block of {len(t)} text(s)")
@@ -123,14 +124,9 @@ def code_index(s: Mapping[str, Any], model_dir: Path, data_dir: Path, out: Path)
     pyserini_env.start_jvm()  # the JVM the Lucene index is built in starts here, with the start-up
     startup_done()  # the rest is per document (python -m harness estimate)
     ids: list[str] = []
-
-    def texts() -> Iterator[tuple[str, str]]:
-        for d in store.iter_corpus(data_dir):
-            ids.append(d.id)
-            yield d.title, d.text
-
+    texts = ((d.title, d.text) for d in store.iter_corpus(data_dir, ids))
     t0 = time.perf_counter()
-    codes = model.encode(texts(), int(s["p_max_len"]), int(s["encode_batch_size"]), n=store.corpus_size(data_dir))
+    codes = model.encode(texts, int(s["p_max_len"]), int(s["encode_batch_size"]), n=store.corpus_size(data_dir))
     t_enc = time.perf_counter() - t0
     np.save(out / CODES_FILE, codes)
     write_docids(out, ids)
@@ -166,7 +162,7 @@ def source_strings(source: Path, positional: bool, kmeans: bool) -> tuple[list[s
                                   positional=positional)
 
 
-def corpus_texts(data_dir: Path, ids: Sequence[str], *, title: bool = True) -> Iterator[str]:
+def aligned_texts(data_dir: Path, ids: Sequence[str], *, title: bool = True) -> Iterator[str]:
     """The texts (title, newline, text; ``title=False``: the text alone) of ``ids`` read in one pass
     over the corpus file, whose order a code index's rows keep (both are written from it in order); a
     record out of that order fails, naming it (the source index is older than the corpus)."""
@@ -191,7 +187,7 @@ def words_index(s: Mapping[str, Any], source: Path, data_dir: Path, out: Path, *
     """"w/ words": the source index's code strings plus the analysed words of each passage, both
     streamed to Lucene a block at a time (:func:`iter_with_words`)."""
     ids, strings = source_strings(source, False if kmeans else s["positional"], kmeans)  # k-means ids have no positions
-    info = build_lucene(s["index"], ids, iter_with_words(strings, corpus_texts(data_dir, ids)), out, s)
+    info = build_lucene(s["index"], ids, iter_with_words(strings, aligned_texts(data_dir, ids)), out, s)
     write_docids(out, ids)
     return {**info, "words": "lucene default analyser (pyserini), title + text"}
 

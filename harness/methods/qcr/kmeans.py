@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from harness.methods.qcr.model import code_dtype
 from harness.methods.qcr.settings import CENTROIDS, CODES_FILE, KMEANS_OFFSETS
 from harness.models.backbones import load_encoder, load_tokenizer
 from harness.models.runtime import encode_device, quiet_transformers, torch_for
+from harness.progress import chunks
 
 
 def token_encoder(cfg: Mapping[str, Any], s: Mapping[str, Any], dpr_model: Path | None, device: str = "cpu"):
@@ -37,12 +37,6 @@ def token_encoder(cfg: Mapping[str, Any], s: Mapping[str, Any], dpr_model: Path 
     return load_tokenizer(cfg, s["backbone"]), load_encoder(cfg, s["backbone"]).to(device)
 
 
-def _batched(items: Iterable[Any], n: int) -> Iterator[list[Any]]:
-    it = iter(items)
-    while batch := list(islice(it, n)):
-        yield batch
-
-
 def iter_token_vectors(tok, enc, texts: Iterable[str], max_len: int, batch_size: int = 64
                        ) -> Iterator[list[np.ndarray]]:
     """Per batch of ``texts`` (an iterable, read a batch at a time), each text's encoder output vectors
@@ -52,7 +46,7 @@ def iter_token_vectors(tok, enc, texts: Iterable[str], max_len: int, batch_size:
     device = next(enc.parameters()).device
     enc.eval()
     with torch.inference_mode():
-        for batch in _batched(texts, batch_size):
+        for batch in chunks(texts, batch_size):
             b = tok(batch, padding=True, truncation=True, max_length=max_len,
                     return_tensors="pt", return_special_tokens_mask=True)
             special = b.pop("special_tokens_mask")
@@ -158,13 +152,8 @@ def kmeans_index(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[s
     ids: list[str] = []
     blocks: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
-
-    def texts() -> Iterator[str]:
-        for d in store.iter_corpus(inputs["data"]):
-            ids.append(d.id)
-            yield f"{d.title} {d.text}"
-
-    for batch in iter_token_vectors(tok, enc, texts(), int(s["p_max_len"]) + 2, int(s["encode_batch_size"])):
+    texts = (f"{d.title} {d.text}" for d in store.iter_corpus(inputs["data"], ids))
+    for batch in iter_token_vectors(tok, enc, texts, int(s["p_max_len"]) + 2, int(s["encode_batch_size"])):
         codes = kmeans_assign(centroids, batch, index)
         lengths.append(np.array([len(c) for c in codes], np.int64))
         blocks.append(np.concatenate(codes).astype(dtype) if codes else np.zeros(0, dtype))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,11 @@ from harness.methods.qcr.codebook import (
     pmi_words,
     usage,
 )
-from harness.methods.qcr.index import WORDS_BLOCK, code_strings, corpus_texts, load_codes, load_lucene
+from harness.methods.qcr.index import WORDS_BLOCK, aligned_texts, code_strings, load_codes, load_lucene
 from harness.methods.qcr.model import QCRModel
 from harness.methods.qcr.search import distance_matrix, encode_queries, first_stage_depth, rescore_run
 from harness.methods.qcr.settings import CODES_FILE, codebook_size, codes_k, grid_point, settings
+from harness.progress import chunks
 from harness.runs import read_run
 from harness.timing import PROTOCOLS, run_protocol
 from harness.figures import record as _metric
@@ -147,12 +147,6 @@ class _Reread:
         return iter(self.make())
 
 
-def _blocks(items, n: int = WORDS_BLOCK):
-    it = iter(items)
-    while block := list(islice(it, n)):
-        yield block
-
-
 def _table2(s: Mapping[str, Any], d: str, title: str, inputs: Mapping[str, Path], out: Path,
             doc_codes: np.ndarray, docids: Sequence[str]) -> None:
     """Table 2: the words with the highest document-level PMI per code (metrics files and table2.md)."""
@@ -161,7 +155,8 @@ def _table2(s: Mapping[str, Any], d: str, title: str, inputs: Mapping[str, Path]
     # passages the lists of sets and analysed words were ~120 GB
     rows = _Reread(len(docids), lambda: (r for b in range(0, len(doc_codes), WORDS_BLOCK)
                                          for r in doc_codes[b:b + WORDS_BLOCK].tolist()))
-    words = _Reread(len(docids), lambda: (w for block in _blocks(corpus_texts(inputs["data"], docids, title=False))
+    words = _Reread(len(docids), lambda: (w for block in chunks(aligned_texts(inputs["data"], docids, title=False),
+                                                                WORDS_BLOCK)
                                           for w in analyze_words(block)))
     pmi = pmi_words(rows, words, top=a["pmi_top"], min_count=a["pmi_min_count"], n_codes=a["pmi_codes"])
     for rank, (c, ws) in enumerate(pmi.items(), 1):

@@ -4,16 +4,16 @@ interaction, the code entropy of Eq. 4-5, and a GradCache step for multi-vector 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.errors import ConfigError, DataError
+from harness.errors import ConfigError
 from harness.methods.qcr.settings import ENCODER_DIR, FSQ_VERSION, MODEL_FILE, codebook_size, codes_k, max_codes
 from harness.models.backbones import load_encoder, load_tokenizer
 from harness.models.runtime import quiet_transformers, torch_for
+from harness.progress import counted_batches
 from harness.recording import snapshot
 
 
@@ -136,16 +136,12 @@ class QCRModel:
             texts = texts if isinstance(texts, Sequence) else list(texts)
             n = len(texts)
         out = np.zeros((n, k), code_dtype(codebook_size(self.s["levels"])))
-        it, i = iter(texts), 0
+        i = 0
         with torch.inference_mode():
-            while batch := list(islice(it, batch_size)):
-                if i + len(batch) > n:
-                    raise DataError(f"QCR encode: more than the {n} texts announced")
+            for batch in counted_batches(texts, n, batch_size, "QCR encode", "text", bar=False):
                 ids, mask = self.batch(batch, k, max_len)
                 out[i:i + len(batch)] = code_ids(self.fsq, self.pre(ids, mask, k)).cpu().numpy()
                 i += len(batch)
-        if i != n:
-            raise DataError(f"QCR encode: {i} texts where {n} were announced")
         return out
 
 
