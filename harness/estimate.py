@@ -144,7 +144,7 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
     if held is not None:
         out["held_gib"] = round(held[0] / 2**30, 2)
         out["host_projected_gib"] = round(out["host_peak_gib"] + (held[0] - held[1]) / 2**30, 2)
-        out["how"] += f" (holds its corpus in memory: {held[2]})"
+        out["how"] += f" (holds in memory what grows with its corpus: {held[2]})"
     staged = _per_stage(cfg, job, cost, measured or {}) if job.stage == "train" and units is not None else None
     if staged is not None:  # a schedule's stages differ in shape: one median step would misprice them
         out["seconds"], out["how"], out["pricing"] = staged[0], f"{how}: {staged[1]}", "per stage"
@@ -697,7 +697,7 @@ def summary(t: Mapping[str, Any]) -> list[str]:
         peaks += f", peak GPU memory {t['gpu_peak_gib']:.1f} GiB"
     peaks += " (as measured on the rehearsal's slices, not projected: an index grows with the corpus, below)"
     if t.get("host_projected_gib") is not None:
-        peaks += (f"; {t['holding_jobs']} job(s) hold their corpus whole in memory, up to "
+        peaks += (f"; {t['holding_jobs']} job(s) hold their corpus (or its ids and offsets) in memory, up to "
                   f"{t['host_projected_gib']:,.1f} GiB projected at the profile's corpus")
     short = t.get("under_booked") or []
     booked = (f"memory booked below the projected index or corpus: {len(short)} job(s) build or load an index, or "

@@ -32,7 +32,7 @@ def negatives_job(cfg: Mapping[str, Any], dataset: str) -> Job:
     return Job("negatives", "negatives", "bm25", "mine", dataset,
                inputs={"data": Ref("data", dataset=dataset), "index": Ref("index", s["index"], dataset)},
                keys=("negatives", *affects("bm25", "search"), f"datasets.{dataset}.answer_rule"),
-               module="harness.negatives", mem_mb=4000)   # the corpus's texts by id: the paper profile books more
+               module="harness.negatives", mem_mb=4000)   # the corpus by id (store.corpus_lookup): the paper profile books more
 
 
 def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) -> list[dict]:
@@ -42,12 +42,12 @@ def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) 
 
     s = settings(cfg)
     queries = store.read_queries(data_dir, "train")
-    texts = store.corpus_texts(data_dir)
+    docs = store.corpus_lookup(data_dir)
     hits = bm25.search(Context(cfg, "bm25", dataset), index_dir, queries, int(s["depth"]))
     match = ANSWER_RULES.get(cfg["datasets"][dataset].get("answer_rule", "dpr-string"))
     out = []
     for q in queries:
         gold = set(q.gold or [])
-        negs = [d for d, _ in hits.get(q.id, []) if d not in gold and not match(q.answers or [], texts[d])]
+        negs = [d for d, _ in hits.get(q.id, []) if d not in gold and not match(q.answers or [], docs[d].text)]
         out.append({"id": q.id, "negatives": negs[: int(s["keep"])]})
     return out

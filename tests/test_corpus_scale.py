@@ -306,3 +306,176 @@ def test_corpus_size_counts_the_records_iter_corpus_gives_without_parsing(tmp_pa
         fh.write("\n  \n")
     (data / "meta.json").write_text('{"documents": 0}')
     assert store.corpus_size(data) == sum(1 for _ in store.iter_corpus(data)) == 37
+
+
+# ---------------------------------------------------------------- the corpus by id (trainers, negatives)
+def _written(tmp_path, docs, blank_lines=False):
+    data = tmp_path / "lookup"
+    data.mkdir()
+    store.write_corpus(data, docs)
+    if blank_lines:   # blank lines are skipped, as iter_corpus skips them
+        path = data / store.CORPUS
+        path.write_text("\n" + path.read_text().replace("\n", "\n\n", 2))
+    return data
+
+
+def test_corpus_lookup_is_corpus_by_id_read_on_demand(tmp_path):
+    """CorpusLookup gives corpus_by_id's documents, in its order (the trainers' random draws are the
+    same draws), for ids of any width and script; absent ids are absent, however long."""
+    import random
+
+    docs = [Doc(f"d{i}", "T" if i % 2 else "", f"text {i} " * (i % 7 + 1)) for i in range(300)]
+    docs += [Doc("ü-ßé", "", "unicode id"), Doc("x" * 40, "long", "the longest id"), Doc("", "", "empty id")]
+    data = _written(tmp_path, docs, blank_lines=True)
+    want = store.corpus_by_id(data)
+    got = store.corpus_lookup(data)
+    assert len(got) == len(want) == len(docs) and list(got) == list(want)
+    assert all(got[k] == want[k] for k in reversed(list(want)))
+    assert list(got.values()) == list(want.values()) and list(got.items()) == list(want.items())
+    assert list(store.ids_of(got)) == list(want) and store.ids_of(got)[5:8] == list(want)[5:8]
+    a, b = random.Random(7), random.Random(7)
+    assert [a.choice(list(want)) for _ in range(200)] == [b.choice(store.ids_of(got)) for _ in range(200)]
+    for absent in ("d300", "d", "x" * 41, "x" * 39, "ü", 3, None):
+        assert absent not in got
+    with pytest.raises(KeyError):
+        got["x" * 41]
+    assert got.get("d3") == want["d3"] and got.get("nope") is None
+    assert [got.doc_at(i) for i in (0, 150, len(docs) - 1)] == [docs[0], docs[150], docs[-1]]
+    assert dict(got.texts) == store.corpus_texts(data) and "nope" not in got.texts
+
+
+def test_corpus_lookup_names_a_bad_line(tmp_path):
+    data = _written(tmp_path, [Doc("a", "", "x"), Doc("b", "", "y")])
+    path = data / store.CORPUS
+    path.write_text(path.read_text() + '{"id": "c", "text": \n')
+    with pytest.raises(DataError, match=r"corpus.jsonl:3: invalid JSON"):
+        store.corpus_lookup(data)
+    path.write_text('{"text": "no id"}\n')
+    with pytest.raises(DataError, match=r"corpus.jsonl:1: .*needs an \"id\""):
+        store.corpus_lookup(data)
+
+
+def test_corpus_lookup_holds_ids_and_offsets_not_the_corpus(tmp_path):
+    """The lookup's memory is its ids and offsets (noted as its hold, for the estimate), a small part of
+    the Docs corpus_by_id holds: what tracemalloc counts after it is built under a twentieth of theirs."""
+    from harness import cost
+
+    rng = np.random.default_rng(3)
+    docs = [Doc(f"p{i}", "a title", " ".join(rng.choice(WORDS, 120))) for i in range(3000)]
+    data = _written(tmp_path, docs)
+    cost.allow_fallbacks(False)
+    tracemalloc.start()
+    held = store.corpus_by_id(data)
+    full = tracemalloc.get_traced_memory()[0]
+    del held
+    tracemalloc.stop()
+    store.corpus_lookup(data)   # its imports, outside the count
+    cost.allow_fallbacks(False)
+    tracemalloc.start()
+    lookup = store.corpus_lookup(data)
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert kept < full / 20 and peak < full / 4, (kept, peak, full)   # peak: one block's (id, offset) pairs
+    noted = cost.record("train", {"steps": 1}, 1.0)["held_corpora"]["lookup"]
+    assert noted == {"documents": 3000, "bytes": lookup.nbytes} and lookup.nbytes < 40 * 3000
+
+
+def test_trainers_and_negatives_read_their_corpus_by_id():
+    """Every trainer reads its training corpus through corpus_lookup (gold, negatives, random draws),
+    and the negatives job its answer checks: none calls corpus_by_id or corpus_texts (the tiny-slice
+    rehearsal, tests/test_rehearsal.py, runs them and checks what they note as held)."""
+    import importlib
+    import inspect
+
+    for mod in ("harness.methods.dpr", "harness.methods.bpr.train", "harness.methods.vdr.train",
+                "harness.methods.reader", "harness.methods.densephrases.train",
+                "harness.methods.lightretriever.train", "harness.methods.qcr.train", "harness.negatives"):
+        src = inspect.getsource(importlib.import_module(mod))
+        assert "corpus_lookup(" in src and "corpus_by_id(" not in src and "corpus_texts(" not in src, mod
+
+
+# ---------------------------------------------------------------- SVDR's T(D) and E(D), streamed
+def test_svdr_token_ids_are_tokenised_as_the_index_takes_them():
+    """token_ids tokenises a batch at a time as its rows are taken (the old code listed every
+    passage's ids first: ~100 GB at NQ's 21M passages); build_token_index from a stream equals it
+    from a list."""
+    from harness.methods import vdr
+    from harness.models.backbones import load_tokenizer
+
+    cfg = load_config()
+    tok = load_tokenizer(cfg, "splade-tiny")
+    calls = []
+
+    def spy(texts, **kw):
+        calls.append(len(texts))
+        return tok(texts, **kw)
+
+    texts = (f"passage {i} about rivers and towns" for i in range(3000))
+    rows = vdr.token_ids(spy, texts, 16, batch=1024)
+    first = next(rows)
+    assert calls == [1024] and first == tok(["passage 0 about rivers and towns"], truncation=True,
+                                             max_length=16)["input_ids"][0]
+    assert len(list(rows)) == 2999 and calls == [1024, 1024, 952]
+    docs = [Doc(f"d{i}", "", f"text {i} of the corpus") for i in range(50)]
+    a = vdr.build_token_index(tok, docs, 16, 999).to_scipy_csr()
+    b = vdr.build_token_index(tok, iter(docs), 16, 999).to_scipy_csr()
+    assert (a != b).nnz == 0 and a.nnz > 0
+
+
+def test_svdr_indexes_stream_their_corpus_and_give_the_same_index(tmp_path):
+    """write_token_index and emb_index read the corpus as they go (iter_corpus, nothing held: no
+    held corpus noted) and give the index the listed corpus gave, ids in file order."""
+    from harness import cost
+    from harness.methods import vdr
+    from harness.methods.base import Context
+    from harness.methods.vdr.settings import settings as vsettings
+
+    cfg = load_config()
+    data, docs = _corpus(tmp_path, 150)
+    m = vdr.VDRModel.from_backbone(cfg, vsettings(cfg["methods"]["svdr"], method="svdr"))
+    cost.allow_fallbacks(False)
+    streamed, seconds = vdr.emb_index(m, store.iter_corpus(data))
+    listed, _ = vdr.emb_index(m, docs)
+    assert streamed.docids == [d.id for d in docs] == listed.docids and seconds > 0
+    assert abs(streamed.matrix - listed.matrix).max() == 0 and streamed.matrix.nnz > 0
+    out = tmp_path / "tok"
+    out.mkdir()
+    info = vdr.write_token_index(Context(cfg, "svdr", "smoke"), data, out)
+    index, ids = vdr.load_token_index(out)
+    assert info["documents"] == 150 and ids == [d.id for d in docs] and info["build_seconds"] > 0
+    want = vdr.build_token_index(m.tok, docs, m.s["p_max_len"], m.s["skip_vocab"]).to_scipy_csr()
+    assert (index.to_scipy_csr() != want).nnz == 0
+    assert "held_corpora" not in cost.record("index", {"documents": 150}, 1.0)
+
+
+# ---------------------------------------------------------------- DensePhrases' dump, streamed
+def test_densephrases_dump_windows_and_encodes_a_batch_of_passages_at_a_time(tmp_path, monkeypatch):
+    """dump_corpus reads its passages a batch (encode_batch_size) at a time and windows only those (the
+    old code windowed the whole corpus first: ~300 GB of token lists at NQ's 21M passages); a stream
+    and a list give the same dump, every passage counted."""
+    import torch
+
+    from harness.indexes.phrase_dump import PhraseDump
+    from harness.methods import densephrases as dp
+    from harness.methods.densephrases import index as dindex
+
+    cfg = load_config()
+    s = dp.settings(cfg)
+    s.update(encode_batch_size=8, device="cpu")
+    torch.manual_seed(0)
+    model = dp.PhraseModel.from_backbone(cfg, s)
+    data, docs = _corpus(tmp_path, 30)
+    sizes = []
+    real = dindex.windows
+
+    def spy(tok, batch, *a, **k):
+        sizes.append(len(batch))
+        return real(tok, batch, *a, **k)
+
+    monkeypatch.setattr(dindex, "windows", spy)
+    a = dindex.dump_corpus(model, s, store.iter_corpus(data), tmp_path / "a", None)
+    assert sizes == [8, 8, 8, 6] and a["documents"] == 30
+    b = dindex.dump_corpus(model, s, docs, tmp_path / "b", None)
+    da, db = PhraseDump.open(tmp_path / "a"), PhraseDump.open(tmp_path / "b")
+    assert da.ntotal == db.ntotal == a["tokens_seen"] > 0 and da.passages == 30
+    assert np.array_equal(da.all_vectors(), db.all_vectors()) and list(da.docids) == [d.id for d in docs]

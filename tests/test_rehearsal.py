@@ -761,8 +761,8 @@ def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_h
     bad_on = {**paper, "scheduler": {**paper["scheduler"], "mem_mb": {"index lightretriever on nq": 1000}}}
     with pytest.raises(ConfigError, match=r"'index lightretriever on nq' names no job"):
         plan.Plan(bad_on, plan.get(paper).jobs.values()).check()
-    # the negatives rule books through the plan too (it had 4,000 MB in its rule): the texts of NQ's corpus by id
-    assert mem("negatives", dataset="nq") == 36000 and hwf.resources(load_config(), "negatives", SimpleNamespace(dataset="smoke"), "mem_mb") == 4000
+    # the negatives rule books through the plan too (it had 4,000 MB in its rule): NQ's corpus by id
+    assert mem("negatives", dataset="nq") == 8000 and hwf.resources(load_config(), "negatives", SimpleNamespace(dataset="smoke"), "mem_mb") == 4000
     assert mem("index", job="bm25", dataset="nq") == plan.get(paper).job("index", "bm25", "nq").mem_mb
     assert mem("evaluate", job="dpr", dataset="nq") == 4000
     short = estimate.totals(estimate.estimate(paper, tmp_path / "none", ledger.read()), 8)["under_booked"]
@@ -1009,11 +1009,11 @@ def test_a_job_that_holds_its_corpus_notes_it_and_the_estimate_projects_it(tmp_p
     gib = 1000 * estimate._documents(paper, "nq") / 2**30
     assert row["held_gib"] == pytest.approx(gib, abs=0.01) and 19 < gib < 20.5
     assert row["host_projected_gib"] == pytest.approx(row["host_peak_gib"] + gib - 500_000 / 2**30, abs=0.02)
-    assert "holds its corpus in memory: nq 21,015,324 documents x 1,000 bytes" in row["how"]
+    assert "holds in memory what grows with its corpus: nq 21,015,324 documents x 1,000 bytes" in row["how"]
     t = estimate.totals([row], 8)
     assert [name for name, _, _ in t["under_booked"]] == ["index bpr on nq"]   # booked 8,000 MB
     lines = estimate.summary(t)
-    assert any("1 job(s) hold their corpus whole in memory" in x for x in lines)
+    assert any("1 job(s) hold their corpus (or its ids and offsets) in memory" in x for x in lines)
     assert any(x.startswith("memory booked below the projected index or corpus") and "index bpr on nq" in x for x in lines)
 
 

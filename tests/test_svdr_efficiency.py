@@ -56,6 +56,8 @@ def test_latency_rows_units_devices_and_totals(model, tmp_path):
     rerank = eff.latency_rerank(ctx, out, tmp_path / "svdr.lat-beta.json", [5, 20], tmp_path)
     assert [p.name for p in rerank] == ["svdr.lat-beta-m5.json", "svdr.lat-beta-m20.json"]
     m20 = _load(tmp_path / "svdr.lat-beta-m20.json")["values"]
+    # the beta row it adds to is named as its sibling: the job writes into a temporary folder, renamed after
+    assert _load(tmp_path / "svdr.lat-beta-m20.json")["base"] == "svdr.lat-beta.json"
     assert m20["T_D"] == beta["values"]["T_D"] and m20["E_p"]["value"] > 0
     assert m20["search_total"]["value"] == pytest.approx(beta["values"]["search_total"]["value"] + m20["E_p"]["value"])
 

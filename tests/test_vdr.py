@@ -178,7 +178,8 @@ def test_token_index_is_built_once_during_training(smoke, monkeypatch, tmp_path)
 def test_negative_retriever_drops_answers_gold_and_positives_and_pads():
     from harness.indexes.token_csr import BinaryTokenIndex
 
-    docs = {"d0": "the mayor is greta", "d1": "bridges of stone", "d2": "greta again", "d3": "rivers"}
+    texts = {"d0": "the mayor is greta", "d1": "bridges of stone", "d2": "greta again", "d3": "rivers"}
+    docs = {k: Doc(k, "", t) for k, t in texts.items()}
     ids = ["d0", "d1", "d2", "d3"]
     index = BinaryTokenIndex.from_token_ids([[1, 2], [1, 3], [1, 2, 4], [5]], vocab_size=8)
     r = vdr.NegativeRetriever(index, ids, docs, "dpr-string", top_m=3, rng=random.Random(0))

@@ -1,7 +1,8 @@
 """Read and write prepared dataset folders (streaming: the corpus is never loaded whole)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -98,6 +99,159 @@ def corpus_texts(folder: Path) -> dict[str, str]:
     texts = {d.id: d.text for d in iter_corpus(folder)}
     note_held(folder, texts.items(), container=texts)
     return texts
+
+
+def corpus_lookup(folder: Path) -> CorpusLookup:
+    """The corpus read by id on demand (:class:`CorpusLookup`): for a job that reads some of its
+    passages by id (a trainer's gold passages, negatives and random draws; the negatives' answer
+    checks), not all of them."""
+    return CorpusLookup(folder)
+
+
+def ids_of(docs: Mapping[str, Any]) -> Sequence[str]:
+    """A corpus mapping's ids in order, to draw random passages from: a :class:`CorpusLookup`'s own
+    (decoded as drawn), a dict's listed."""
+    return docs.ids if isinstance(docs, CorpusLookup) else list(docs)
+
+
+class _Ids(Sequence[str]):
+    """The corpus's ids in file order over a numpy bytes array, decoded one at a time (``random.choice``
+    draws from it as from the list of every id, and the same draws: NQ's 21M ids as Python strings
+    are ~1.4 GB)."""
+
+    def __init__(self, ids: Any) -> None:
+        self._ids = ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [b.decode("utf-8") for b in self._ids[i]]
+        return self._ids[i].decode("utf-8")
+
+
+#: corpus lines a :class:`CorpusLookup` parses per numpy block while it scans the file
+LOOKUP_BLOCK = 1 << 16
+
+
+class CorpusLookup(Mapping[str, Doc]):
+    """A dataset folder's corpus as a mapping ``{id: Doc}`` that reads a document's line when it is
+    asked for: one pass over the file keeps each document's id and byte offset in numpy arrays (NQ's
+    21M passages: ~0.7 GB, where :func:`corpus_by_id`'s Docs are ~24 GiB). Iteration and :attr:`ids`
+    keep the file's order, as :func:`corpus_by_id`'s dict does (a trainer's random draws are the
+    same); :meth:`values` and :meth:`items` stream the file in that order. Noted as held by this job
+    at its arrays' bytes (:func:`harness.cost.corpus_held`: they grow with the corpus)."""
+
+    def __init__(self, folder: Path) -> None:
+        import numpy as np
+
+        from harness.cost import corpus_held
+        from harness.progress import chunks
+
+        self.folder = Path(folder)
+        self.path = self.folder / CORPUS
+        ids, offsets = [], []
+        for block in chunks(self._scan(), LOOKUP_BLOCK):
+            ids.append(np.array([i for i, _ in block], dtype=bytes))
+            offsets.append(np.array([o for _, o in block], dtype=np.int64))
+        self._ids = np.concatenate(ids) if ids else np.zeros(0, "S1")
+        self._offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+        self._order = np.argsort(self._ids, kind="stable")
+        self._sorted = self._ids[self._order]
+        self.ids: Sequence[str] = _Ids(self._ids)
+        self._fh = open(self.path, "rb")
+        corpus_held(self.folder.name, len(self._ids), self.nbytes)
+
+    def _scan(self) -> Iterator[tuple[bytes, int]]:
+        """(id as UTF-8, byte offset) of each record, in file order; a bad line names file:line."""
+        pos = 0
+        with open(self.path, "rb") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        rec = json.loads(line)
+                        doc_id = str(rec["id"])
+                    except json.JSONDecodeError as exc:
+                        raise DataError(f"{self.path}:{lineno}: invalid JSON ({exc.msg})") from None
+                    except (KeyError, TypeError):
+                        raise DataError(f"{self.path}:{lineno}: a corpus record needs an \"id\"") from None
+                    yield doc_id.encode("utf-8"), pos
+                pos += len(line)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._ids.nbytes + self._offsets.nbytes + self._order.nbytes + self._sorted.nbytes)
+
+    def _row(self, doc_id: object) -> int:
+        if not isinstance(doc_id, str):
+            return -1
+        key = doc_id.encode("utf-8")
+        if len(key) > self._sorted.dtype.itemsize or not len(self._sorted):
+            return -1   # longer than every id (numpy would compare it cut to their width)
+        i = int(self._sorted.searchsorted(key))
+        return int(self._order[i]) if i < len(self._sorted) and self._sorted[i] == key else -1
+
+    def __getitem__(self, doc_id: str) -> Doc:
+        row = self._row(doc_id)
+        if row < 0:
+            raise KeyError(doc_id)
+        return self.doc_at(row)
+
+    def doc_at(self, row: int) -> Doc:
+        """The document at position ``row`` of the file (0-based, as :attr:`ids`)."""
+        self._fh.seek(int(self._offsets[row]))
+        rec = json.loads(self._fh.readline())
+        try:
+            return Doc(str(rec["id"]), rec.get("title") or "", rec["text"])
+        except KeyError as exc:
+            raise DataError(f"{self.path}: record {rec.get('id')!r} lacks field {exc}") from None
+
+    def __contains__(self, doc_id: object) -> bool:
+        return self._row(doc_id) >= 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def values(self) -> Iterator[Doc]:  # type: ignore[override]
+        """The documents in file order, streamed (not looked up one by one)."""
+        return iter_corpus(self.folder)
+
+    def items(self) -> Iterator[tuple[str, Doc]]:  # type: ignore[override]
+        return ((d.id, d) for d in iter_corpus(self.folder))
+
+    @property
+    def texts(self) -> Mapping[str, str]:
+        """The same documents' texts by id, read as asked for (:func:`corpus_texts`'s dict, not held)."""
+        return _Texts(self)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __del__(self) -> None:
+        fh = getattr(self, "_fh", None)
+        if fh is not None:
+            fh.close()
+
+
+class _Texts(Mapping[str, str]):
+    def __init__(self, docs: CorpusLookup) -> None:
+        self._docs = docs
+
+    def __getitem__(self, doc_id: str) -> str:
+        return self._docs[doc_id].text
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._docs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._docs)
+
+    def __len__(self) -> int:
+        return len(self._docs)
 
 
 #: records whose sizes :func:`note_held` measures (the rest are taken to be like them)

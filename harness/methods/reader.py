@@ -209,10 +209,10 @@ def training_instances(ctx: Context, run_path: Path) -> tuple[list[tuple[Query, 
     folder = ctx.data_dir(s["train_dataset"])
     rule = ctx.cfg["datasets"][s["train_dataset"]].get("answer_rule", "dpr-string")
     queries = subsample([q for q in store.read_queries(folder, "train") if q.answers], s["max_train_questions"], seed)
-    docs = store.corpus_by_id(folder)
+    docs = store.corpus_lookup(folder)
     run = read_run(run_path)
     rng = random.Random(seed)
-    ids = list(docs)
+    ids = store.ids_of(docs)
     out, stats = [], {"questions": len(queries), "positive_retrieved": 0, "positive_gold": 0, "skipped": 0,
                       "padded_negatives": 0}
     for q in queries:
@@ -251,7 +251,7 @@ def train(ctx: Context, out: Path, run_path: Path) -> dict[str, Any]:
     instances, stats = training_instances(ctx, run_path)
     if not instances:
         raise DataError(f"{run_path}: no training question has an answer-bearing passage; the reader cannot train")
-    docs = store.corpus_by_id(ctx.data_dir(s["train_dataset"]))
+    docs = store.corpus_lookup(ctx.data_dir(s["train_dataset"]))
     model = Reader.from_backbone(ctx)
     ts = loop.TrainSettings.from_config(s, min_batch=1)
     device = loop.resolve_device(ts.device)

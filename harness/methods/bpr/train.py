@@ -27,13 +27,13 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
     loop.set_seed(seed)
     tctx = Context(ctx.cfg, ctx.method, m["train_dataset"])
     examples = loop.subsample(dpr.training_examples(tctx, negatives_file), m["max_train_questions"], seed)
-    docs = store.corpus_by_id(tctx.data_dir())
+    docs = store.corpus_lookup(tctx.data_dir())
     ts = loop.TrainSettings.from_config(m)
     model = dpr.BiEncoder.from_backbone(ctx)
     params = list({id(p): p for p in list(model.q.parameters()) + list(model.p.parameters())}.values())
     device = loop.resolve_device(ts.device)
     n_hard = m.get("hard_negatives", 1)
-    doc_ids = list(docs)
+    doc_ids = store.ids_of(docs)
 
     def step_fn(batch: list[tuple[Query, list[str]]], step: int, rng: random.Random):
         pids = [q.gold[0] for q, _ in batch]

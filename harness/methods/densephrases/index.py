@@ -4,7 +4,7 @@ dump of every kept token vector (harness/indexes/phrase_dump.py) and the phrase 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from harness.methods.densephrases.settings import DUMP_DIR, NAME, em_of, prepare
 from harness.methods.densephrases.train import _align, dev_questions
 from harness.models.runtime import encode_device, torch_for
 from harness.job import Job
+from harness.progress import chunks
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,9 +129,11 @@ def gold_docs(folder: Path, split: str = "test") -> set[str]:
     return {g for q in store.read_queries(folder, split) for g in (q.gold or [])}
 
 
-def dump_corpus(model: PhraseModel, s: Mapping[str, Any], docs: Sequence[Doc], out: Path,
+def dump_corpus(model: PhraseModel, s: Mapping[str, Any], docs: Iterable[Doc], out: Path,
                 threshold: float | None) -> dict[str, Any]:
-    """Every kept token vector of every passage into the dump at ``out`` (see the module doc)."""
+    """Every kept token vector of every passage into the dump at ``out`` (see the module doc). The
+    passages are read, windowed and encoded ``encode_batch_size`` at a time: nothing of the corpus
+    is held beyond a batch (NQ's 21M passages' windows, listed up front, were ~300 GB)."""
     from tqdm import tqdm
 
     from harness.indexes.phrase_dump import DumpWriter
@@ -139,17 +142,16 @@ def dump_corpus(model: PhraseModel, s: Mapping[str, Any], docs: Sequence[Doc], o
     model.train(False)
     writer = DumpWriter(out, model.dim, codec=s["dump_codec"])
     bs = int(s["encode_batch_size"])
-    seen = kept = 0
+    seen = kept = n_docs = 0
     pad = model.tok.pad_token_id or 0
-    wins_all = windows(model.tok, docs, int(s["dump_max_len"]), int(s["dump_stride"]))
-    by_doc: dict[int, list[Window]] = {}
-    for w in wins_all:
-        by_doc.setdefault(w.doc, []).append(w)
-    order = sorted(by_doc)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        for b in tqdm(range(0, len(order), bs), desc="dump", unit="batch", mininterval=10.0):
-            group = order[b:b + bs]
+        for batch in tqdm(chunks(docs, bs), desc="dump", unit="batch", mininterval=10.0):
+            n_docs += len(batch)
+            by_doc: dict[int, list[Window]] = {}
+            for w in windows(model.tok, batch, int(s["dump_max_len"]), int(s["dump_stride"])):
+                by_doc.setdefault(w.doc, []).append(w)
+            group = sorted(by_doc)
             wins = [w for d in group for w in by_doc[d]]
             vecs, keeps = [], []
             for c in range(0, len(wins), bs):
@@ -175,11 +177,11 @@ def dump_corpus(model: PhraseModel, s: Mapping[str, Any], docs: Sequence[Doc], o
                 rows = [k for k in spans if threshold is None or best[k][2] > threshold]
                 kept += len(rows)
                 if rows:
-                    writer.add(docs[d].id, np.stack([best[k][1] for k in rows]).astype(np.float32),
+                    writer.add(batch[d].id, np.stack([best[k][1] for k in rows]).astype(np.float32),
                                np.asarray(rows, dtype=np.int32).reshape(-1, 2))
     info = writer.close()
-    return {**info, "tokens_seen": seen, "tokens_kept": kept, "kept_fraction": kept / max(1, seen),
-            "encode_seconds": round(time.perf_counter() - t0, 3)}
+    return {**info, "documents": n_docs, "tokens_seen": seen, "tokens_kept": kept,
+            "kept_fraction": kept / max(1, seen), "encode_seconds": round(time.perf_counter() - t0, 3)}
 
 
 def index_specs(s: Mapping[str, Any], gold_only: bool) -> dict[str, str]:
@@ -202,10 +204,10 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
     s = settings(ctx.cfg, v)
     model = PhraseModel.load(s, inputs["model"], encode_device(s))
     gold_only = bool(job.params.get("gold_only"))
-    docs = store.corpus_list(inputs["data"])
+    docs = store.iter_corpus(inputs["data"])   # streamed into the dump (dump_corpus)
     if gold_only:
         keep = gold_docs(inputs["data"])
-        docs = [d for d in docs if d.id in keep]
+        docs = (d for d in docs if d.id in keep)
     tune = tune_threshold(ctx.cfg, s, model)
     startup_done()  # the rest is per document (python -m harness estimate); the threshold's tuning counts once
     t0 = time.perf_counter()
@@ -228,5 +230,5 @@ def build(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) -> dict
         built[name] = {"spec": idx.spec, "nbytes": idx.nbytes, "build_seconds": round(secs, 4)}
         if name == "main":
             main_spec = idx.spec
-    return {"spec": main_spec, "documents": len(docs), "gold_only": gold_only, "dump": dump,
+    return {"spec": main_spec, "documents": dump["documents"], "gold_only": gold_only, "dump": dump,
             "dump_seconds": round(dump_seconds, 3), "filter": tune, "indexes": built, "variant": v}

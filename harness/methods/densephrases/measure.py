@@ -119,7 +119,7 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
         searcher = dpr.Searcher(dctx, Path(paths["dpr_index"]), Path(paths["dpr_model"]))
         reader = Reader.load(Context(cfg, "reader"), Path(paths["reader"]))
         reader.train(False)
-        docs = store.corpus_by_id(Path(paths["data"]))
+        docs = store.corpus_lookup(Path(paths["data"]))   # the top passages read as the reader takes them
         top = int(cfg["reader"].get("top_k", 20))
 
         def enc(texts, _o):

@@ -95,7 +95,7 @@ def train_qs(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, 
     model = PhraseModel.load(s, inputs["model"])
     _freeze_phrase_side(model)
     idx = load_phrase_index(inputs["index"], "main", s)
-    texts = store.corpus_texts(inputs["data"])
+    texts = store.corpus_lookup(inputs["data"]).texts   # the answers' passages, read as found
     rule = cfg["datasets"][s["train_dataset"]].get("answer_rule", "dpr-string")
     questions = subsample(train_questions(cfg, s), q["max_train_questions"], seed)
     dev = dev_questions(cfg, s)[0][: int(q["dev_questions"])]

@@ -66,7 +66,7 @@ def run_search(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     s = settings(ctx.cfg, v)
     split = job.params.get("split", "test")
     queries = store.read_queries(inputs["data"], split)
-    texts = store.corpus_texts(inputs["data"])
+    texts = store.corpus_lookup(inputs["data"]).texts   # the answers' passages, read as found
     model = PhraseModel.load(s, inputs["model"], encode_device(s))
     model.train(False)
     t0 = time.perf_counter()
@@ -114,7 +114,7 @@ class Retriever:
         self.model = PhraseModel.load(s, Path(model_dir))
         self.model.train(False)
         self.index = load_phrase_index(Path(index_dir), index, s)
-        self.texts = store.corpus_texts(Path(data))
+        self.texts = store.corpus_lookup(Path(data)).texts
 
     def answers(self, queries: Mapping[str, str] | Sequence[Any]) -> dict[str, list[dict[str, Any]]]:
         """The top phrases of each question (text, passage id, score, dump rows), best first."""

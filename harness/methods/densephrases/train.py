@@ -283,7 +283,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
     seed = int(cfg["seed"])
     loop.set_seed(seed)
     model = PhraseModel.from_backbone(cfg, s)
-    docs = store.corpus_by_id(inputs["data"])
+    docs = store.corpus_lookup(inputs["data"])
     questions = train_questions(cfg, s)
     qg_stats = None
     if s["qg"] and not loop.initial_only():  # the initial checkpoint: no generated question moves a weight

@@ -70,7 +70,7 @@ def read_training_sets(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Map
         qs = loop.subsample(qs, s["max_train_questions"], seed)
         negs = {r["id"]: r["negatives"] for r in iter_jsonl(inputs[f"negatives_{key}"])}
         sets[key] = (qs, negs)
-        docs[key] = store.corpus_by_id(inputs[f"data_{key}"])
+        docs[key] = store.corpus_lookup(inputs[f"data_{key}"])
         counts[key] = {"train_questions": total, "after_decontam_and_sample": len(qs)}
     return sets, docs, counts
 
@@ -88,7 +88,7 @@ class BatchLoss:
         self.n_per = 1 + self.n_hard
         self.prompts = {k: model.prompt_ids(instruction_for(s, k)) for k in sets}
         self.doc_prefix = model.prompt_ids(None)
-        self.doc_lists = {k: list(v) for k, v in docs.items()}
+        self.doc_lists = {k: store.ids_of(v) for k, v in docs.items()}
 
     def columns(self, key: str, group: Sequence[tuple[Query, list[str]]], rng) -> list[str]:
         """Passage ids: query i's positive at column i * n_per, then its hard negatives (topped up with

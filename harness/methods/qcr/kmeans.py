@@ -96,12 +96,12 @@ def fit_centroids(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[
     km = s["kmeans"]
     torch_for(s)
     tok, enc = token_encoder(cfg, s, inputs.get("encoder"), encode_device(s))
-    docs = store.corpus_list(inputs["data"])
+    docs = store.corpus_lookup(inputs["data"])   # passages read in the sample's order, as it fills
     rng = np.random.default_rng(cfg["seed"])
     order = rng.permutation(len(docs))
     want = int(km["sample_tokens"])
     x, n = None, 0
-    texts = (f"{docs[i].title} {docs[i].text}" for i in order)
+    texts = (f"{d.title} {d.text}" for d in map(docs.doc_at, order))
     for batch in iter_token_vectors(tok, enc, texts, int(s["p_max_len"]) + 2):   # batches of 64, as ever
         for v in batch:
             take = min(len(v), want - n)

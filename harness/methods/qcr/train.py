@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +73,9 @@ def generate_queries(model_name: str, docs: Sequence[Doc], *, max_new_tokens: in
 
 
 def training_pairs(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, rng: random.Random
-                   ) -> tuple[list[tuple[str, str]], dict[str, Doc], dict[str, Any]]:
+                   ) -> tuple[list[tuple[str, str]], Mapping[str, Doc], dict[str, Any]]:
     """(query, positive doc id) pairs of ``training_data``, the corpus, and counts for meta.json."""
-    docs = store.corpus_by_id(data_dir)
+    docs = store.corpus_lookup(data_dir)
     kind = s["training_data"]
     info: dict[str, Any] = {"training_data": kind}
     if kind == "supervised":
@@ -85,7 +86,7 @@ def training_pairs(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path,
         pairs = [(crop_query(d.text, rng, s["crop"]), d.id) for d in docs.values()]
     else:
         g = s["generator"]
-        chosen = list(docs.values())[: g["max_passages"] or None]
+        chosen = list(islice(docs.values(), g["max_passages"] or None))
         lm = tok = None
         if g["model"] in cfg["backbones"]:  # a backbone key: its source (a config: one in the rehearsal)
             from harness.models import backbones

@@ -344,7 +344,7 @@ def latency_rerank(ctx: Context, model_dir: Path, base: Path, depths: Sequence[i
         vals["total"] = _v(search_total + b["values"]["T_D"]["value"], "s", dev, proj)
         name = f"{ctx.method}.lat-beta-m{m}"
         out.append(_write(Path(out_dir) / f"{name}.json", name, ctx.dataset, vals, b.get("not_run", {}),
-                          **_common(ctx, st, model_dir, base=str(base), rerank_depth=m,
+                          **_common(ctx, st, model_dir, base=Path(base).name, rerank_depth=m,
                                     timed_rerank_batches=len(qbatches), raw_samples_seconds={"E_p": e_p[m]})))
     return out
 

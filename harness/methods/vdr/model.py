@@ -8,7 +8,7 @@ backward scatters only the non-zero gradient dimensions (top-k training touches 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from harness.errors import ConfigError, DataError
 from harness.models.backbones import load_mlm, load_tokenizer
 from harness.models.projection import BLOCK_TOKENS, segment_max_torch
 from harness.models.runtime import quiet_transformers, torch_for
+from harness.progress import chunks
 
 MODEL_SETTINGS = "vdr.json"
 HEAD_FILE = "vdr_head.pt"
@@ -211,7 +212,7 @@ class VDREncoder:
             mask |= self.binary(input_ids).bool()
         return mask
 
-    def embed_sparse(self, texts: Sequence[str], max_len: int, batch_size: int | None = None):
+    def embed_sparse(self, texts: Iterable[str], max_len: int, batch_size: int | None = None):
         """E_θ(x) of each text as a scipy CSR [N, vocab] float32 (top-k ∪ lexical; no grad)."""
         import scipy.sparse as sp
 
@@ -219,8 +220,8 @@ class VDREncoder:
         bs = batch_size or int(self.s.get("encode_batch_size", 64))
         parts = []
         with torch.inference_mode():
-            for i in range(0, len(texts), bs):
-                batch = self.tokenize(texts[i : i + bs], max_len)
+            for chunk in chunks(texts, bs):   # a Sequence, or passages streamed from the corpus file
+                batch = self.tokenize(chunk, max_len)
                 values = self.pooled(batch, grad=False)
                 values = values * self.topk_mask(values, batch["input_ids"])
                 parts.append(_to_csr(values.float().cpu().numpy(), self.skip, self.vocab))
@@ -306,7 +307,7 @@ class VDRModel:
         """E_θ(q) of prepared question strings (CSR [N, vocab])."""
         return self.q.embed_sparse(texts, self.s["q_max_len"], batch_size)
 
-    def embed_passages(self, texts: Sequence[str], max_len: int | None = None, batch_size: int | None = None):
+    def embed_passages(self, texts: Iterable[str], max_len: int | None = None, batch_size: int | None = None):
         """E_θ(p) of passage strings (see passage_text) (CSR [N, vocab])."""
         return self.p.embed_sparse(texts, max_len or self.s["p_max_len"], batch_size)
 
@@ -317,8 +318,8 @@ class VDRModel:
     def encode_questions(self, texts: Sequence[str]):
         return self.embed_questions([self.question(t) for t in texts])
 
-    def encode_passages(self, docs: Sequence[Doc]):
-        return self.embed_passages([passage_text(d) for d in docs])
+    def encode_passages(self, docs: Iterable[Doc]):
+        return self.embed_passages(passage_text(d) for d in docs)
 
 
 def stack_csr(parts: list, vocab: int):

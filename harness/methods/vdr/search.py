@@ -75,7 +75,7 @@ def search_ablation(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
     qids = [q.id for q in queries]
     enc = VDRModel.load(inputs["model"], ctx.mcfg.get("torch_threads"), encode_device(ctx.mcfg))
     eq = enc.encode_questions([q.text for q in queries])
-    emb, _ = emb_index(enc, store.corpus_list(inputs["data"]))
+    emb, _ = emb_index(enc, store.iter_corpus(inputs["data"]))
     scores, rows = emb.search(eq, k)
     _write_system(out, f"{name}.abl-{ablation}-full", qids, emb.docids, scores, rows, dataset, depth=k,
                   model=str(inputs["model"]))

@@ -28,9 +28,9 @@ from harness.models.runtime import torch_for
 class NegativeRetriever:
     """In-training negative retrieval (§4.3) over a binary token index built/loaded once."""
 
-    def __init__(self, index, docids: list[str], texts: Mapping[str, str], rule: str, top_m: int,
+    def __init__(self, index, docids: Sequence[str], docs: Mapping[str, Doc], rule: str, top_m: int,
                  rng: random.Random) -> None:
-        self.index, self.docids, self.texts, self.top_m, self.rng = index, docids, texts, int(top_m), rng
+        self.index, self.docids, self.docs, self.top_m, self.rng = index, docids, docs, int(top_m), rng
         self.match = ANSWER_RULES.get(rule)
         self.search_seconds: list[float] = []
         self.retrieved = self.padded = 0
@@ -44,7 +44,7 @@ class NegativeRetriever:
             gold = set(q.gold or [])
             cands = [self.docids[r] for r in row if r >= 0]
             cands = [d for d in cands if d not in gold and d not in exclude
-                     and not self.match(q.answers or [], self.texts[d])]
+                     and not self.match(q.answers or [], self.docs[d].text)]
             if cands:
                 out.append(self.rng.choice(cands))
                 self.retrieved += 1
@@ -61,7 +61,7 @@ class NegativeRetriever:
         return self.rng.choice(self.docids)
 
 
-def _negative_retriever(ctx: Context, s: Mapping[str, Any], enc: VDRModel, docs: Mapping[str, Doc],
+def _negative_retriever(ctx: Context, s: Mapping[str, Any], enc: VDRModel, docs: store.CorpusLookup,
                         token_index_dir: Path | None,
                         rng: random.Random) -> tuple[NegativeRetriever, dict[str, Any]]:
     """The in-training retriever over the training corpus's token index (loaded, or built in memory)."""
@@ -70,9 +70,8 @@ def _negative_retriever(ctx: Context, s: Mapping[str, Any], enc: VDRModel, docs:
         index, docids = load_token_index(token_index_dir)
         index_info: dict[str, Any] = {"token_index": str(token_index_dir), "loaded": True}
     else:
-        corpus = list(docs.values())
-        index = build_token_index(enc.tok, corpus, s["p_max_len"], s["skip_vocab"])
-        docids = [d.id for d in corpus]
+        docids = []   # the corpus streamed from its file, its ids kept
+        index = build_token_index(enc.tok, store.iter_corpus(docs.folder, docids), s["p_max_len"], s["skip_vocab"])
         index_info = {"token_index": "built in memory", "loaded": False}
     index_info["seconds"] = time.perf_counter() - t0
     missing = [d for d in docids if d not in docs]
@@ -80,8 +79,7 @@ def _negative_retriever(ctx: Context, s: Mapping[str, Any], enc: VDRModel, docs:
         raise DataError(f"token index {token_index_dir} holds passage {missing[0]!r}, absent from the "
                         f"corpus of {s['train_dataset']}", fix="rebuild the index of the training dataset")
     rule = ctx.cfg["datasets"][s["train_dataset"]].get("answer_rule", "dpr-string")
-    texts = {d: docs[d].text for d in docids}
-    retriever = NegativeRetriever(index, docids, texts, rule, s["retrieval_top_m"], rng)
+    retriever = NegativeRetriever(index, docids, docs, rule, s["retrieval_top_m"], rng)
     return retriever, index_info
 
 
@@ -89,7 +87,7 @@ def _step(s: Mapping[str, Any], enc: VDRModel, docs: Mapping[str, Doc], retrieve
           retrieval_step: int, chunk: int = 0):
     """The loop's step: the batch's questions, positives and one negative each (BM25, then beta search)."""
     n_hard = int(s["hard_negatives"])
-    doc_ids = list(docs)
+    doc_ids = store.ids_of(docs)
 
     def step_fn(batch: list[tuple[Query, list[str]]], step: int, rng: random.Random):
         questions = [q for q, _ in batch]
@@ -130,7 +128,7 @@ def train(ctx: Context, out: Path, negatives_file: Path | None, *, token_index_d
     rng = random.Random(seed)
     tctx = Context(ctx.cfg, ctx.method, s["train_dataset"])
     examples = loop.subsample(dpr.training_examples(tctx, negatives_file), s.get("max_train_questions"), seed)
-    docs = store.corpus_by_id(tctx.data_dir())
+    docs = store.corpus_lookup(tctx.data_dir())
     ts = loop.TrainSettings.from_config(s, log_every=20)
     enc = VDRModel.from_backbone(ctx.cfg, s)
     n_hard = int(s["hard_negatives"])
