@@ -171,7 +171,8 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
             pool_ = [d for d in negs if d not in pids] or [rng.choice(doc_ids)]
             pids += pool_[:n_hard]
         qb = model._batch_q([q.text for q, _ in batch]).to(device)
-        pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids]).to(device)
+        passages = [docs[p] for p in pids]   # each read once (the corpus is read by id)
+        pb = model._batch_p([d.title for d in passages], [d.text for d in passages]).to(device)
         # grad_cache_chunk > 0: the paper's batch in sub-batches of that many texts (GradCache)
         return loop.sub_batch_step([(model.embed_q, qb), (model.embed_p, pb)], loss_fn, ts.grad_cache_chunk)
 

@@ -217,7 +217,8 @@ def training_instances(ctx: Context, run_path: Path) -> tuple[list[tuple[Query, 
                       "padded_negatives": 0}
     for q in queries:
         retrieved = [d for d, _ in run.get(q.id, []) if d in docs]
-        pos = next((d for d in retrieved if find_answer(docs[d].text, q.answers)), None)
+        text = {d: docs[d].text for d in retrieved}   # each retrieved passage read once (by id, from the file)
+        pos = next((d for d in retrieved if find_answer(text[d], q.answers)), None)
         if pos is not None:
             stats["positive_retrieved"] += 1
         else:
@@ -226,7 +227,7 @@ def training_instances(ctx: Context, run_path: Path) -> tuple[list[tuple[Query, 
                 stats["skipped"] += 1
                 continue
             stats["positive_gold"] += 1
-        negs = [d for d in retrieved if d != pos and not has_answer(q.answers, docs[d].text, rule)]
+        negs = [d for d in retrieved if d != pos and not has_answer(q.answers, text[d], rule)]
         negs = negs[: s["negative_passages"]]
         tries = 0
         while len(negs) < s["negative_passages"] and tries < 50 * s["negative_passages"]:

@@ -41,7 +41,8 @@ def train(ctx: Context, out: Path, negatives_file: Path) -> dict[str, Any]:
             pool_ = [d for d in negs if d not in pids] or [rng.choice(doc_ids)]
             pids += pool_[:n_hard]
         qb = model._batch_q([q.text for q, _ in batch]).to(device)
-        pb = model._batch_p([docs[p].title for p in pids], [docs[p].text for p in pids]).to(device)
+        passages = [docs[p] for p in pids]   # each read once (the corpus is read by id)
+        pb = model._batch_p([d.title for d in passages], [d.text for d in passages]).to(device)
 
         def loss_fn(eq, ep):
             return bpr_loss(eq, ep, step, gamma=m["gamma"], cand_loss=m["cand_loss"], margin=m["margin"],
