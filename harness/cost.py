@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 
-#: stage -> (the meta.json field that counts its work, the unit it is priced in, units per count)
-UNITS = {"train": ("steps", "step", 1), "index": ("documents", "1k documents", 1000), "search": ("queries", "query", 1)}
+#: stage -> (the meta.json field that counts its work, the unit it is priced in, units per count):
+#: the hard negatives' BM25 searches per training question, the decontamination per 1,000 queries hashed
+#: (training and test sets together)
+UNITS = {"train": ("steps", "step", 1), "index": ("documents", "1k documents", 1000), "search": ("queries", "query", 1),
+         "negatives": ("queries", "query", 1), "decontam": ("queries", "1k queries", 1000)}
 
 
 #: this job's optimizer steps, timed by harness.train.train_loop: the first of each loop (CUDA and
@@ -222,7 +225,8 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
     A train job that timed two optimizer steps or more is priced as ``fixed_seconds`` (imports, the
     model's build and load, the first step's warm-up, saving: paid once) plus ``seconds_per_unit`` =
     the median of its later steps (``steady``); an index job that marked the end of its start-up
-    (:func:`startup_done`) as that start-up once plus the rest per 1,000 documents (``steady``);
+    (:func:`startup_done`) as that start-up once plus the rest per 1,000 documents (``steady``), as is
+    the hard negatives' job that marked it (its BM25 searcher's JVM) per training question;
     otherwise every second is spread over its units (a slice's start-up then over-projects, and the
     estimate says so)."""
     out: dict[str, Any] = {"seconds": round(seconds, 3), **peaks()}
@@ -237,7 +241,7 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
             steady = later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
             out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, seconds - steady * units), 3),
                        first_step_seconds=round(sum(_STEPS["first"]), 4), steps_timed=len(later), pricing="steady")
-        if stage == "index" and _START["work"] is not None and _START["job"] is not None:
+        if stage != "train" and _START["work"] is not None and _START["job"] is not None:   # an index, the negatives
             fixed = min(max(0.0, _START["work"] - _START["job"]), seconds)
             out.update(seconds_per_unit=(seconds - fixed) / units, fixed_seconds=round(fixed, 3), pricing="steady")
         docs, corpus_s = info.get("corpus_documents"), info.get("corpus_seconds")

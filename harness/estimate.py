@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.cost import UNITS
 from harness.job import INIT
-from harness.ledger import documents_searched, job_key, measured_jobs
+from harness.ledger import SEARCHING, documents_searched, job_key, measured_jobs
 from harness.ledger import log_failures as failures
 
 #: the profile the rehearsal rehearses (its counts are what the estimate projects to)
@@ -95,6 +95,19 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
         split = str(job.params.get("split", "test"))
         n = _records(cfg, job.dataset, split)
         return (float(n), f"{n:,} {split} queries") if n else (None, f"no {split} query count for {job.dataset}")
+    if job.stage == "negatives":  # BM25's top documents of every training question
+        n = _records(cfg, job.dataset, "train")
+        return (float(n), f"{n:,} train queries") if n else (None, f"no train query count for {job.dataset}")
+    if job.stage == "decontam":  # every training query hashed and looked up, every test query hashed
+        from harness.decontam.report import plan as query_sets
+
+        train, test = query_sets(cfg)
+        counts = {s.name: _records(cfg, s.key, s.split) for s in train + test}
+        missing = sorted(k for k, n in counts.items() if not n)
+        if missing:
+            return None, f"no query count for {', '.join(missing)}"
+        n = sum(counts.values())
+        return n / 1000, f"{n:,} queries ({len(train)} training and {len(test)} test sets)"
     return None, "not scaled (as measured)"
 
 
@@ -203,7 +216,7 @@ def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes:
         nnz = max(0.0, float(measured_bytes) - 4 * (n_meas + 1)) / 8 * units / float(cost["units"])
         if nnz > INT32_MAX:
             return nnz * 12 + 8 * (n_prof + 1)
-    if job.stage in ("index", "search"):
+    if job.stage in ("index", "search", "negatives", "decontam"):  # their output grows with their units
         measured = cost.get("units")
         fixed = min(float(fixed_bytes or 0), float(measured_bytes))
         return fixed + (float(measured_bytes) - fixed) * units / measured if units is not None and measured else None
@@ -258,7 +271,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     for d in local:
         key = job_key(d)
         d = {**d, "_source": f"{root} (this machine)",
-             "documents_searched": documents_searched(root, d) if key[0] == "search" else None}
+             "documents_searched": documents_searched(root, d) if key[0] in SEARCHING else None}
         found.setdefault(key, []).append(d)
     for d in ledger.measurements(ledger_records):
         found.setdefault(job_key(d), []).append(d)
@@ -518,7 +531,7 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     hw = d.get("hardware") or {}
     if row["hardware"] == "cpu" and hw.get("cpu"):
         row["hardware"] = f"{hw['cpu']} ({hw['simd'] + ', ' if hw.get('simd') else ''}{hw.get('cpus', '?')} cores)"
-    if stage == "search":
+    if stage in SEARCHING:
         _bound_search(cfg, job, row, d.get("documents_searched"))
     row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
     row["fallbacks"] = "; ".join(d.get("fallbacks", []))

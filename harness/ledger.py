@@ -41,6 +41,10 @@ def slug(hw: Mapping[str, Any]) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "unknown"
 
 
+#: stages whose jobs search an index (their cost per query grows with its documents: the ledger keeps them)
+SEARCHING = ("search", "negatives")
+
+
 def job_key(d: Mapping[str, Any]) -> tuple[str, str, str | None]:
     """(stage, job, dataset) of a measured job's meta.json or ledger line: the identity the plan,
     today's rehearsal hashes and the ledger's lines share."""
@@ -48,7 +52,12 @@ def job_key(d: Mapping[str, Any]) -> tuple[str, str, str | None]:
 
 
 def log_of(stage: str, job: str, dataset: str | None) -> str:
-    """The Snakemake log of a stage job, relative to the results folder (workflow/rules/<stage>.smk)."""
+    """The Snakemake log of a stage job, relative to the results folder (workflow/rules/<stage>.smk;
+    the shared jobs': workflow/rules/negatives.smk, decontam.smk)."""
+    if stage == "negatives":
+        return f"logs/negatives/{dataset}.log"
+    if stage == "decontam":
+        return "logs/decontam.log"
     return f"logs/{stage}/{job}.log" if not dataset else f"logs/{stage}/{job}-{dataset}.log"
 
 
@@ -62,14 +71,15 @@ def entry(d: Mapping[str, Any], searched: int | None = None) -> dict[str, Any]:
 
 
 def measured_jobs(root: Any) -> list[dict[str, Any]]:
-    """Every finished job's meta.json under ``root`` that has a ``cost`` (train, index, search, measure);
-    one written before meta.hardware named the CPU's vector ISA takes this machine's where every other
-    field of its hardware is this machine's."""
+    """Every finished job's meta.json under ``root`` that has a ``cost`` (train, index, search, measure,
+    the decontamination; the hard negatives' ``<file>.meta.json``); one written before meta.hardware
+    named the CPU's vector ISA takes this machine's where every other field of its hardware is this
+    machine's. A ``bytes`` given per file (the decontamination's) counts as their total."""
     from harness.meta import hardware
 
     this = hardware()
     out = []
-    for meta in sorted(Path(root).rglob("meta.json")):
+    for meta in sorted(m for m in Path(root).rglob("*meta.json") if m.name == "meta.json" or m.name.endswith(".meta.json")):
         try:
             d = json.loads(meta.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -80,6 +90,8 @@ def measured_jobs(root: Any) -> list[dict[str, Any]]:
                 # written before meta.hardware named the vector ISA, on a machine like this one in every field it
                 # names: this machine's (the same name covers AVX2 and AVX-512 EPYCs, ~1.7x apart on a BERT step)
                 d = {**d, "hardware": {**hw, "simd": this.get("simd")}}
+            if isinstance(d.get("bytes"), Mapping):
+                d = {**d, "bytes": sum(int(v) for v in d["bytes"].values())}
             out.append({**d, "_path": str(meta)})
     return out
 
@@ -146,7 +158,7 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
             if skipped is not None:
                 skipped.append(log_of(*key))
             continue
-        line = entry(d, documents_searched(root, d) if key[0] == "search" else None)
+        line = entry(d, documents_searched(root, d) if key[0] in SEARCHING else None)
         machines[slug(d.get("hardware") or {})] = d.get("hardware")
         measured.setdefault(slug(d.get("hardware") or {}), {})[log_of(*key)] = line
     # the failures ran where the measured jobs did (a GPU node's folder recorded back on a CPU box), or here

@@ -155,16 +155,20 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.name != META)
 
 
+def provenance() -> dict[str, Any]:
+    """Where and when an artifact was made: the harness commit, the time, the packages' versions and
+    the hardware (every meta.json carries them; the cost ledger keeps them beside a job's cost)."""
+    return {"git_commit": git_commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions(),
+            "hardware": hardware()}
+
+
 def write_meta(folder: Path, kind: str, *, spec: str | None = None, config_hash: str | None = None,
                seconds: float | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     meta = {
         "kind": kind,
         "spec": spec,
         "config_hash": config_hash,
-        "git_commit": git_commit(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "versions": versions(),
-        "hardware": hardware(),
+        **provenance(),
         "seconds": None if seconds is None else round(seconds, 4),
         "bytes": folder_bytes(folder),
     }

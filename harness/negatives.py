@@ -40,6 +40,11 @@ def mine(cfg: Mapping[str, Any], dataset: str, data_dir: Path, index_dir: Path) 
     from harness.methods import bm25
     from harness.methods.base import Context
 
+    from harness.cost import startup_done
+    from harness.indexes import pyserini_env
+
+    pyserini_env.start_jvm()   # paid once: the rest is per training question (python -m harness estimate)
+    startup_done()
     s = settings(cfg)
     queries = store.read_queries(data_dir, "train")
     docs = store.corpus_lookup(data_dir)

@@ -163,12 +163,22 @@ def negatives(argv: list[str]) -> int:
     p = hplan.get(cfg)
     job = p.job("negatives", "negatives", args.dataset)  # the plan's job (harness.plan.shared_jobs)
     inputs = {r: hplan.check_input(p, r, ref) for r, ref in job.inputs.items()}
+    from harness import cost
+    from harness.meta import provenance
+
+    cost.allow_fallbacks(False)
     t0 = time.perf_counter()
     records = hneg.mine(cfg, args.dataset, inputs["data"], inputs["index"])
     write_jsonl(args.out, records)
-    write_json(Path(f"{args.out}.meta.json"), {"kind": "negatives", "dataset": args.dataset,
-                                                 "config_hash": p.hash(job), "config_values": p.values(job),
-                                                 "seconds": round(time.perf_counter() - t0, 3)})
+    seconds = time.perf_counter() - t0
+    # its cost per training question (python -m harness estimate), with the meta.json a stage job's has
+    write_json(Path(f"{args.out}.meta.json"), {"kind": "negatives", "job": job.id, "method": job.method,
+                                                 "dataset": args.dataset, "config_hash": p.hash(job),
+                                                 "config_values": p.values(job),
+                                                 "inputs": {r: str(v) for r, v in inputs.items()},
+                                                 **provenance(), "seconds": round(seconds, 3),
+                                                 "bytes": args.out.stat().st_size, "queries": len(records),
+                                                 "cost": cost.record("negatives", {"queries": len(records)}, seconds)})
     n_empty = sum(1 for r in records if not r["negatives"])
     print(f"{len(records)} training questions, {n_empty} without a BM25 negative")
     return 0
@@ -238,11 +248,15 @@ def decontam(argv: list[str]) -> int:
         hplan.check_input(p, role, ref)
     train, test = query_sets(cfg)
     dc = cfg["decontam"]
+    from harness import cost
+
+    cost.allow_fallbacks(False)
     meta = stage.run([(s.name, s.path(cfg)) for s in train], [(s.name, s.path(cfg)) for s in test], args.out_dir,
                      k=int(dc.get("k", DEFAULT_K)), table7_per_set=int(dc.get("table7_per_set", DEFAULT_TABLE7)),
                      workers=int(dc.get("workers", 1)),
-                     identity={"job": job.id, "config_hash": p.hash(job), "config_values": p.values(job),
-                               "input_hashes": p.input_hashes(job)})
+                     identity={"job": job.id, "method": job.method, "config_hash": p.hash(job),
+                               "config_values": p.values(job), "input_hashes": p.input_hashes(job)},
+                     costed=True)
     stage.summary(meta, args.out_dir)
     return 0
 

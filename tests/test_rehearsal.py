@@ -535,7 +535,12 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
     paper = load_config(files[:1])
     pp = plan.get(paper)
     holders = []
-    for d in measured_jobs(tmp_path / "rehearsal"):
+    measured = {job_key(d): d for d in measured_jobs(tmp_path / "rehearsal")}
+    # the shared jobs the models read record their cost too: the hard negatives per training question,
+    # the decontamination per 1,000 queries hashed
+    assert measured["negatives", "negatives", "nq"]["cost"]["unit"] == "query"
+    assert measured["decontam", "decontam", None]["cost"]["unit"] == "1k queries"
+    for d in measured.values():
         held = estimate.held_corpora(paper, d["cost"].get("held_corpora"))
         if held is not None and job_key(d) in pp.closure():   # rehearsal-tiny adds jobs of its own (bm25.train)
             job = pp.job(*job_key(d))
@@ -1036,3 +1041,54 @@ def test_a_sparse_csr_index_past_2_31_entries_is_projected_with_int64_ids():
     assert estimate.disk(job, full / 1000, cost, measured, None, "faiss:Flat") == pytest.approx(measured * full / n)
     small = 100_000   # 77.7M entries: int32 still
     assert estimate.disk(job, small / 1000, cost, measured, None, "sparse-csr") == pytest.approx(measured * small / n)
+
+
+def test_the_hard_negatives_and_the_decontamination_are_priced_per_query(tmp_path):
+    """The two shared jobs record their cost as the stage jobs do: the hard negatives per training
+    question (BM25's top 100 over the slice's index: a lower bound at NQ's 21M passages), the
+    decontamination per 1,000 queries hashed (training and test sets together); the estimate projects
+    both to the paper profile's counts, and their ledger lines are keyed by the logs their rules write."""
+    import json
+
+    from harness import cost, estimate, ledger
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    cost.allow_fallbacks(False)
+    (tmp_path / "negatives").mkdir()
+    (tmp_path / "indexes/bm25/nq").mkdir(parents=True)
+    (tmp_path / "indexes/bm25/nq/meta.json").write_text(json.dumps({"kind": "index", "documents": 2067}))
+    (tmp_path / "negatives/nq.jsonl.meta.json").write_text(json.dumps(
+        {"kind": "negatives", "job": "negatives", "dataset": "nq", "bytes": 906_000,
+         "inputs": {"index": "results/rehearsal/indexes/bm25/nq"},
+         "cost": cost.record("negatives", {"queries": 906}, 9.06)}))
+    (tmp_path / "decontam").mkdir()
+    (tmp_path / "decontam/meta.json").write_text(json.dumps(
+        {"kind": "decontam", "job": "decontam", "bytes": {"table6.csv": 100, "train/nq.train.jsonl": 4_000},
+         "cost": cost.record("decontam", {"queries": 4_000}, 2.0)}))
+    rows = {r["stage"]: r for r in estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)}
+    neg, dec = rows["negatives"], rows["decontam"]
+    assert neg["how"].startswith("58,880 train queries") and abs(neg["seconds"] - 0.01 * 58880) < 1e-6
+    assert neg["bound"] == "lower" and "each searched 2,067 documents here, 21,015,324 in the profile" in neg["how"]
+    assert abs(neg["disk_gib"] - 906_000 * 58880 / 906 / 2**30) < 1e-3   # its file grows with the questions
+    # the paper profile's decontamination: NQ's and MS MARCO's training questions against the test sets
+    from harness import plan
+
+    units, how = estimate.paper_units(paper, plan.get(paper).job("decontam", "decontam", None))
+    assert units * 1000 == 58880 + 808731 + sum((300, 1406, 648, 323, 3452, 1000, 50, 6980))
+    assert "2 training and 8 test sets" in how and dec["how"] == how
+    assert abs(dec["seconds"] - 0.5 * units) < 1e-6 and "bound" not in dec
+    assert abs(dec["disk_gib"] - 4_100 * units / 4 / 2**30) < 1e-3   # its bytes per file, summed, grow with its queries
+    assert ledger.log_of("negatives", "negatives", "nq") == "logs/negatives/nq.log"
+    assert ledger.log_of("decontam", "decontam", None) == "logs/decontam.log"
+    lines = {ledger.log_of(*ledger.job_key(d)): ledger.entry(d) for d in ledger.measured_jobs(tmp_path)}
+    assert set(lines) == {"logs/negatives/nq.log", "logs/decontam.log"} and lines["logs/decontam.log"]["bytes"] == 4_100
+    # the negatives' job marks where its start-up (the JVM) ends: that is paid once, the rest per question
+    import time
+
+    cost.allow_fallbacks(False)
+    time.sleep(0.2)
+    cost.startup_done()
+    rec = cost.record("negatives", {"queries": 100}, 1.0)
+    assert rec["pricing"] == "steady" and 0.2 <= rec["fixed_seconds"] < 0.5
+    assert abs(rec["seconds_per_unit"] - (1.0 - rec["fixed_seconds"]) / 100) < 1e-5

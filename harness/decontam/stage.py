@@ -188,9 +188,12 @@ def run(
     workers: int = 1,
     chunk: int = _CHUNK_LINES,
     identity: dict[str, Any] | None = None,
+    costed: bool = False,
 ) -> dict[str, Any]:
     """Decontaminate the training sets against the test sets; returns the meta record (with
-    ``identity``, the plan job's config hash, values and input hashes, where the plan runs it)."""
+    ``identity``, the plan job's config hash, values and input hashes, where the plan runs it; with
+    ``costed``, its ``cost`` per 1,000 queries hashed, training and test sets together, which
+    ``python -m harness estimate`` projects)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ConfigError(f"--k must be an integer >= 0, got {k!r}", fix="tDRO/LightRetriever use --k 2")
     if table7_per_set < 0:
@@ -231,6 +234,12 @@ def run(
                       "total": round(time.perf_counter() - t0, 3)})
         meta["bytes"] = {rel: (tmp / rel).stat().st_size for rel in written}
         meta.update(identity or {})
+        if costed:
+            from harness import cost
+
+            queries = meta["totals"]["original"] + sum(int(t.get("records", 0)) for t in tests.info.values())
+            meta["queries"] = queries
+            meta["cost"] = cost.record("decontam", {"queries": queries}, time.perf_counter() - t0)
         with open(tmp / "meta.json", "w", encoding="utf-8") as fh:
             fh.write(json.dumps(meta, indent=2, ensure_ascii=False, default=str) + "\n")
     return meta
