@@ -452,8 +452,8 @@ def same_start(p: Any, job: Any) -> list[str]:
     kinds, the same parameters but those naming them) whose models have the same start key as
     ``job``'s, model for model (the method's ``start_key``, harness.methods.base.start_key: their
     settings but for those only training reads): an index or search job of either does the same
-    work per document (query). Empty for a main model (its key is its own id) and for methods
-    without ``start_key``."""
+    work per document (query). A model is a variant by its ``variant`` or, SVDR's, its ``ablation``
+    parameter. Empty for a main model (its key is its own id) and for methods without ``start_key``."""
     import importlib
 
     from harness.errors import ConfigError
@@ -468,7 +468,7 @@ def same_start(p: Any, job: Any) -> list[str]:
             except ConfigError:
                 return None
             module = importlib.import_module(t.module)
-            if t.params.get("variant") is None or not hasattr(module, "start_key"):
+            if (t.params.get("variant") or t.params.get("ablation")) is None or not hasattr(module, "start_key"):
                 return None
             out.append(repr([t.method, module.start_key(p.cfg, t)]))
         return out or None

@@ -869,6 +869,14 @@ def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model
     assert ref["seconds"] > 0 and not ref.get("borrowed_from")
     assert not {k for k in rows if k[1] in ("qcr.grid-b0k0", "qcr.grid-b1k0", "qcr.uns", "qcr")}
     assert ("train", "qcr.grid-b1k1", None) not in rows
+    # SVDR's ablation models are variants by their ``ablation`` parameter: w/o neg (batch 256, no hard
+    # negatives: training alone) prices the m = 1, m = 100 and w/o retrieval searches; ref (the main
+    # model, its own start) and w/o sp (VDR's model) are not priced from it
+    svdr = {("search", "svdr.abl-noneg", "nq")}
+    for a in ("m1", "m100", "noret"):
+        assert estimate.sibling_of(p, p.job("search", f"svdr.abl-{a}", "nq"), svdr)[0] == "svdr.abl-noneg", a
+    for a in ("ref", "nosp"):
+        assert estimate.sibling_of(p, p.job("search", f"svdr.abl-{a}", "nq"), svdr)[0] is None, a
 
 
 def test_a_search_that_encodes_its_corpus_is_priced_per_document_and_per_query(tmp_path):
