@@ -446,6 +446,26 @@ def test_svdr_indexes_stream_their_corpus_and_give_the_same_index(tmp_path):
     want = vdr.build_token_index(m.tok, docs, m.s["p_max_len"], m.s["skip_vocab"]).to_scipy_csr()
     assert (index.to_scipy_csr() != want).nnz == 0
     assert "held_corpora" not in cost.record("index", {"documents": 150}, 1.0)
+    # an ablation's search encodes the whole corpus itself: it says so, and its cost is priced per
+    # document for that part and per query for the rest (it was priced per query alone, so the paper
+    # profile's 21M passages were never counted)
+    from harness.datasets.store import Query
+    from harness.methods.vdr import search as vsearch
+
+    queries = [Query(f"q{i}", " ".join(WORDS[i:i + 4])) for i in range(5)]
+    orig_read = store.read_queries
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vsearch.VDRModel, "load", classmethod(lambda cls, *a, **k: m))
+        mp.setattr(vsearch.store, "read_queries", lambda d, split: queries if split == "test" else orig_read(d, split))
+        runs = tmp_path / "runs"
+        runs.mkdir()
+        info = vsearch.search_ablation(Context(cfg, "svdr", "smoke"), {"data": data, "model": tmp_path, "token_index": out},
+                                       runs, "svdr", "m1", "smoke")
+    assert info["corpus_documents"] == 150 and info["corpus_seconds"] > 0 and info["queries"] == 5
+    rec = cost.record("search", info, info["corpus_seconds"] + 1.0)
+    assert rec["pricing"] == "corpus + queries" and rec["corpus_documents"] == 150
+    assert abs(rec["seconds_per_unit"] - 1.0 / 5) < 1e-6
+    assert sorted(f.name for f in runs.glob("*.trec")) == ["svdr.abl-m1-beta.trec", "svdr.abl-m1-full.trec"]
 
 
 # ---------------------------------------------------------------- DensePhrases' dump, streamed
