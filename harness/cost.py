@@ -27,6 +27,10 @@ from typing import Any
 UNITS = {"train": ("steps", "step", 1), "index": ("documents", "1k documents", 1000), "search": ("queries", "query", 1),
          "negatives": ("queries", "query", 1), "decontam": ("queries", "1k queries", 1000)}
 
+#: the stages whose start-up mark (:func:`startup_done`) prices them steady: an index's start-up, the
+#: hard negatives' JVM. A search's seconds are spread over its queries whatever mark a process holds.
+MARKED = ("index", "negatives")
+
 
 #: this job's optimizer steps, timed by harness.train.train_loop: the first of each loop (CUDA and
 #: allocator warm-up, lazy inits) and the later ones, whose median is the steady price of a step
@@ -241,7 +245,7 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
             steady = later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
             out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, seconds - steady * units), 3),
                        first_step_seconds=round(sum(_STEPS["first"]), 4), steps_timed=len(later), pricing="steady")
-        if stage != "train" and _START["work"] is not None and _START["job"] is not None:   # an index, the negatives
+        if stage in MARKED and _START["work"] is not None and _START["job"] is not None:
             fixed = min(max(0.0, _START["work"] - _START["job"]), seconds)
             out.update(seconds_per_unit=(seconds - fixed) / units, fixed_seconds=round(fixed, 3), pricing="steady")
         docs, corpus_s = info.get("corpus_documents"), info.get("corpus_seconds")
