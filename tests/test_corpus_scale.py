@@ -465,6 +465,9 @@ def test_svdr_indexes_stream_their_corpus_and_give_the_same_index(tmp_path):
     rec = cost.record("search", info, info["corpus_seconds"] + 1.0)
     assert rec["pricing"] == "corpus + queries" and rec["corpus_documents"] == 150
     assert abs(rec["seconds_per_unit"] - 1.0 / 5) < 1e-6
+    # and it holds that E(D) in memory while it searches: noted as a corpus held, so the estimate
+    # projects it to the profile's corpus (the memory it books must hold it)
+    assert rec["held_corpora"] == {data.name: {"documents": 150, "bytes": streamed.nbytes}} and streamed.nbytes > 0
     assert sorted(f.name for f in runs.glob("*.trec")) == ["svdr.abl-m1-beta.trec", "svdr.abl-m1-full.trec"]
 
 
@@ -495,7 +498,7 @@ def test_densephrases_dump_windows_and_encodes_a_batch_of_passages_at_a_time(tmp
     monkeypatch.setattr(dindex, "windows", spy)
     a = dindex.dump_corpus(model, s, store.iter_corpus(data), tmp_path / "a", None)
     assert sizes == [8, 8, 8, 6] and a["documents"] == 30
-    b = dindex.dump_corpus(model, s, docs, tmp_path / "b", None)
+    dindex.dump_corpus(model, s, docs, tmp_path / "b", None)
     da, db = PhraseDump.open(tmp_path / "a"), PhraseDump.open(tmp_path / "b")
     assert da.ntotal == db.ntotal == a["tokens_seen"] > 0 and da.passages == 30
     assert np.array_equal(da.all_vectors(), db.all_vectors()) and list(da.docids) == [d.id for d in docs]

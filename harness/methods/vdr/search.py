@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.artifacts import hits_from_rows, write_run_with_meta
+from harness.cost import corpus_held
 from harness.datasets import store
 from harness.indexes.sparse_csr import SparseEmbeddingIndex
 from harness.methods.base import Context
@@ -71,7 +72,8 @@ def search_ablation(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
     """An ablation model's full run (its embedding index built in memory: nothing else reads it)
     and beta run (the shared token index). It encodes the whole corpus, so that part of its cost
     grows with the corpus, not the queries: ``corpus_documents`` and ``corpus_seconds`` (reading and
-    encoding it) say so (harness.cost.record prices both parts)."""
+    encoding it) say so (harness.cost.record prices both parts), and its E(D), held in memory, is noted
+    as a corpus held (harness.cost.corpus_held)."""
     k = ctx.cfg["evaluate"]["depth"]
     queries = store.read_queries(inputs["data"], "test")
     qids = [q.id for q in queries]
@@ -80,6 +82,9 @@ def search_ablation(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
     t0 = time.perf_counter()
     emb, _ = emb_index(enc, store.iter_corpus(inputs["data"]))
     corpus_seconds = time.perf_counter() - t0
+    # E(D) is held in memory whole while the run is searched, and grows with the corpus: the estimate
+    # projects it (scipy's int32 ids on a slice; at NQ's ~16G entries int64, so about 1.5x this: a lower bound)
+    corpus_held(Path(inputs["data"]).name, len(emb.docids), emb.nbytes)
     scores, rows = emb.search(eq, k)
     _write_system(out, f"{name}.abl-{ablation}-full", qids, emb.docids, scores, rows, dataset, depth=k,
                   model=str(inputs["model"]))
