@@ -147,14 +147,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert rec["unit"] == "step" and rec["seconds_per_unit"] == 15.0 and rec["host_peak_bytes"] > 0
     assert cost.record("index", {"documents": 500}, 10.0)["seconds_per_unit"] == 20.0  # per 1,000 documents
     # an index job that marked the end of its start-up pays that once; the rest is per 1,000 documents
-    import time
-
-    cost.allow_fallbacks(False)
-    time.sleep(0.2)
-    cost.startup_done()
-    rec = cost.record("index", {"documents": 2000}, 1.0)
-    assert rec["pricing"] == "steady" and 0.2 <= rec["fixed_seconds"] < 0.5
-    assert abs(rec["seconds_per_unit"] - (1.0 - rec["fixed_seconds"]) / 2) < 1e-3
+    _marked_job_pays_its_startup_once("index", {"documents": 2000}, 2)
     cost.allow_fallbacks(False)  # the next job starts unmarked
     assert "pricing" not in cost.record("index", {"documents": 500}, 10.0)
     assert "seconds_per_unit" not in cost.record("measure", {}, 5.0)
@@ -1051,6 +1044,22 @@ def test_a_sparse_csr_index_past_2_31_entries_is_projected_with_int64_ids():
     assert estimate.disk(job, small / 1000, cost, measured, None, "sparse-csr") == pytest.approx(measured * small / n)
 
 
+def _marked_job_pays_its_startup_once(stage, info, units):
+    """A job of ``stage`` that marked the end of its start-up (cost.startup_done, 0.2 s in) and ran 1 s in
+    all is priced steady: the start-up once, the rest over its ``units``. Leaves the process marked."""
+    import time
+
+    from harness import cost
+
+    cost.allow_fallbacks(False)
+    time.sleep(0.2)
+    cost.startup_done()
+    rec = cost.record(stage, info, 1.0)
+    assert rec["pricing"] == "steady" and 0.2 <= rec["fixed_seconds"] < 0.5
+    # fixed_seconds is kept to the millisecond: the rest per unit is within half of that over the units
+    assert abs(rec["seconds_per_unit"] - (1.0 - rec["fixed_seconds"]) / units) <= 0.0005 / units + 1e-9
+
+
 def test_the_hard_negatives_and_the_decontamination_are_priced_per_query(tmp_path):
     """The two shared jobs record their cost as the stage jobs do: the hard negatives per training
     question (BM25's top 100 over the slice's index: a lower bound at NQ's 21M passages), the
@@ -1092,14 +1101,7 @@ def test_the_hard_negatives_and_the_decontamination_are_priced_per_query(tmp_pat
     lines = {ledger.log_of(*ledger.job_key(d)): ledger.entry(d) for d in ledger.measured_jobs(tmp_path)}
     assert set(lines) == {"logs/negatives/nq.log", "logs/decontam.log"} and lines["logs/decontam.log"]["bytes"] == 4_100
     # the negatives' job marks where its start-up (the JVM) ends: that is paid once, the rest per question
-    import time
-
-    cost.allow_fallbacks(False)
-    time.sleep(0.2)
-    cost.startup_done()
-    rec = cost.record("negatives", {"queries": 100}, 1.0)
-    assert rec["pricing"] == "steady" and 0.2 <= rec["fixed_seconds"] < 0.5
-    assert abs(rec["seconds_per_unit"] - (1.0 - rec["fixed_seconds"]) / 100) < 1e-5
+    _marked_job_pays_its_startup_once("negatives", {"queries": 100}, 100)
     # a mark left by a job before (a warm process, or a test) does not price a search steady: its seconds
     # are spread over its queries (the mark once leaked into the estimate page's test: 0.1 s a query -> 0.0)
     rec = cost.record("search", {"queries": 32}, 3.2)
