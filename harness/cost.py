@@ -49,13 +49,19 @@ def step_timed(seconds: float, first: bool) -> None:
 _HELD: dict[str, dict[str, int]] = {}
 
 
-def corpus_held(dataset: str, documents: int, nbytes: int) -> None:
+def corpus_held(dataset: str, documents: int, nbytes: int, *, csr_entries: int | None = None) -> None:
     """Note that this job holds ``documents`` records of ``dataset``'s corpus, about ``nbytes`` bytes.
     A second hold of the same corpus counts once, the larger (the reader reads its corpus in two steps,
-    one after the other); holds of different corpora add up (LightRetriever keeps NQ's and MS MARCO's)."""
+    one after the other); holds of different corpora add up (LightRetriever keeps NQ's and MS MARCO's).
+    ``csr_entries``: what is held is a scipy CSR of that many stored entries (SVDR's E(D)), whose ids
+    and offsets turn int64 once the profile's corpus takes it past 2^31 entries (the estimate's rule,
+    :func:`harness.estimate.csr_bytes`)."""
     got = _HELD.setdefault(str(dataset), {"documents": 0, "bytes": 0})
     if int(nbytes) > got["bytes"]:
+        got.clear()
         got.update(documents=int(documents), bytes=int(nbytes))
+        if csr_entries is not None:
+            got["csr_entries"] = int(csr_entries)
 
 
 #: this process's device fallbacks: whether the job may take them (config ``device_fallback``, set by

@@ -178,6 +178,18 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
 INT32_MAX = 2**31 - 1
 
 
+def csr_bytes(rows: float, entries: float, nbytes: float, rows_profile: float) -> tuple[float, bool]:
+    """(bytes, int64?) of a scipy CSR of float32 values measured at ``rows`` rows, ``entries`` stored
+    entries and ``nbytes`` bytes, grown to ``rows_profile`` rows at the same entries a row: linearly while
+    its entries stay within int32, else 12 bytes an entry (int64 column ids) and 8 a row offset, as scipy
+    keeps a matrix past 2^31 entries. One rule for SVDR's E(D) on disk (:func:`disk`) and held in memory
+    (:func:`held_corpora`)."""
+    grown = entries * rows_profile / rows
+    if grown > INT32_MAX:
+        return grown * 12 + 8 * (rows_profile + 1), True
+    return nbytes * rows_profile / rows, False
+
+
 def held_corpora(cfg: Mapping[str, Any], held: Mapping[str, Mapping[str, int]] | None
                  ) -> tuple[float, float, str] | None:
     """(projected bytes, measured bytes, what) of the corpora a job held whole in memory
@@ -194,6 +206,13 @@ def held_corpora(cfg: Mapping[str, Any], held: Mapping[str, Mapping[str, int]] |
         n, b = int(h.get("documents") or 0), float(h.get("bytes") or 0)
         full = _documents(cfg, dataset) if n else None
         measured += b
+        entries = h.get("csr_entries")
+        if full and entries is not None:   # a scipy CSR (SVDR's E(D)): the same rule as its index on disk
+            projected, wide = csr_bytes(n, int(entries), b, full)
+            parts.append(f"{dataset} {full:,} documents x {entries / n:,.0f} entries"
+                         + (" (past 2^31: int64 ids and offsets, 12 bytes an entry)" if wide else ""))
+            total += projected
+            continue
         total += b / n * full if full else b
         parts.append(f"{dataset} {full:,} documents x {b / n:,.0f} bytes" if full else f"{dataset} as measured")
     return total, measured, "; ".join(parts) + f": {total / 2**30:,.1f} GiB"
@@ -213,9 +232,10 @@ def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes:
         return None
     if job.stage == "index" and spec == "sparse-csr" and units is not None and cost.get("units"):
         n_meas, n_prof = float(cost["units"]) * 1000, float(units) * 1000   # documents (units of 1,000)
-        nnz = max(0.0, float(measured_bytes) - 4 * (n_meas + 1)) / 8 * units / float(cost["units"])
-        if nnz > INT32_MAX:
-            return nnz * 12 + 8 * (n_prof + 1)
+        nnz = max(0.0, float(measured_bytes) - 4 * (n_meas + 1)) / 8   # the slice's: 8 bytes an entry
+        projected, wide = csr_bytes(n_meas, nnz, float(measured_bytes), n_prof)
+        if wide:
+            return projected
     if job.stage in ("index", "search", "negatives", "decontam"):  # their output grows with their units
         measured = cost.get("units")
         fixed = min(float(fixed_bytes or 0), float(measured_bytes))

@@ -467,7 +467,10 @@ def test_svdr_indexes_stream_their_corpus_and_give_the_same_index(tmp_path):
     assert abs(rec["seconds_per_unit"] - 1.0 / 5) < 1e-6
     # and it holds that E(D) in memory while it searches: noted as a corpus held, so the estimate
     # projects it to the profile's corpus (the memory it books must hold it)
-    assert rec["held_corpora"] == {data.name: {"documents": 150, "bytes": streamed.nbytes}} and streamed.nbytes > 0
+    # (a scipy CSR: its entries go with it, so the estimate can say when its ids turn int64)
+    assert rec["held_corpora"] == {data.name: {"documents": 150, "bytes": streamed.nbytes,
+                                               "csr_entries": streamed.matrix.nnz}} and streamed.nbytes > 0
+    assert streamed.nbytes == 8 * streamed.matrix.nnz + 4 * (150 + 1)   # float32 values, int32 ids and offsets
     assert sorted(f.name for f in runs.glob("*.trec")) == ["svdr.abl-m1-beta.trec", "svdr.abl-m1-full.trec"]
 
 

@@ -1044,6 +1044,36 @@ def test_a_sparse_csr_index_past_2_31_entries_is_projected_with_int64_ids():
     assert estimate.disk(job, small / 1000, cost, measured, None, "sparse-csr") == pytest.approx(measured * small / n)
 
 
+def test_an_ablation_searchs_e_d_held_in_memory_takes_the_same_int64_rule_as_the_index_on_disk():
+    """SVDR's ablation search holds an E(D) in memory (cost.corpus_held with its CSR entries). Measured
+    on the Intel ledger's 2,067 passages at 775 entries each (12,822,456 bytes), the estimate sizes it
+    at NQ's 21M passages as the index on disk is sized: 12 bytes an entry past 2^31 (~182 GiB), not the
+    linear ~121 GiB it said before; a corpus held without entries (Python objects) still scales
+    linearly, and a later, larger hold without entries drops the earlier one's."""
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    full = estimate._documents(paper, "nq")
+    n, entries = 2067, 1_601_773
+    b = 8 * entries + 4 * (n + 1)
+    assert b == 12_822_456
+    total, measured, what = estimate.held_corpora(paper, {"nq": {"documents": n, "bytes": b, "csr_entries": entries}})
+    grown = entries * full / n
+    assert grown > estimate.INT32_MAX and measured == b
+    assert total == pytest.approx(12 * grown + 8 * (full + 1), rel=1e-9) and 180 < total / 2**30 < 185
+    assert "775 entries (past 2^31: int64 ids and offsets" in what
+    job = type("J", (), {"stage": "index"})()
+    assert total == pytest.approx(estimate.disk(job, full / 1000, {"units": n / 1000}, b, None, "sparse-csr"))
+    linear, _, what = estimate.held_corpora(paper, {"nq": {"documents": n, "bytes": b}})
+    assert linear == pytest.approx(b * full / n) and 115 < linear / 2**30 < 125 and "bytes" in what
+    cost.allow_fallbacks(False)
+    cost.corpus_held("nq", 10, 100, csr_entries=12)
+    cost.corpus_held("nq", 10, 200)
+    assert cost.record("train", {"steps": 1}, 1.0)["held_corpora"] == {"nq": {"documents": 10, "bytes": 200}}
+    cost.allow_fallbacks(False)
+
+
 def _marked_job_pays_its_startup_once(stage, info, units):
     """A job of ``stage`` that marked the end of its start-up (cost.startup_done, 0.2 s in) and ran 1 s in
     all is priced steady: the start-up once, the rest over its ``units``. Leaves the process marked."""

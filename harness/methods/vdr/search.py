@@ -83,8 +83,8 @@ def search_ablation(ctx: Context, inputs: Mapping[str, Path], out: Path, name: s
     emb, _ = emb_index(enc, store.iter_corpus(inputs["data"]))
     corpus_seconds = time.perf_counter() - t0
     # E(D) is held in memory whole while the run is searched, and grows with the corpus: the estimate
-    # projects it (scipy's int32 ids on a slice; at NQ's ~16G entries int64, so about 1.5x this: a lower bound)
-    corpus_held(Path(inputs["data"]).name, len(emb.docids), emb.nbytes)
+    # projects it from its entries (scipy's int32 ids on a slice; past 2^31 entries, as at NQ's ~16G, int64)
+    corpus_held(Path(inputs["data"]).name, len(emb.docids), emb.nbytes, csr_entries=int(emb.matrix.nnz))
     scores, rows = emb.search(eq, k)
     _write_system(out, f"{name}.abl-{ablation}-full", qids, emb.docids, scores, rows, dataset, depth=k,
                   model=str(inputs["model"]))
