@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.cost import UNITS
 from harness.job import INIT
 from harness.ledger import SEARCHING, documents_searched, job_key, measured_jobs
+from harness.ledger import machine as ledger_machine
 from harness.ledger import log_failures as failures
 
 #: the profile the rehearsal rehearses (its counts are what the estimate projects to)
@@ -296,13 +297,14 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     for d in ledger.measurements(ledger_records):
         found.setdefault(job_key(d), []).append(d)
     hashes = _rehearsal_hashes(list(found))
+    prefer = ledger.reference_machine([d for cands in found.values() for d in cands])
     rows = []
     for (stage, job_id, dataset), cands in found.items():
         try:
             job = p.job(stage, job_id, dataset)
         except ConfigError:
             continue
-        rows.append(_row(cfg, job, cands, hashes.get((stage, job_id, dataset))))
+        rows.append(_row(cfg, job, cands, hashes.get((stage, job_id, dataset)), prefer))
     # an index or search job measured on one dataset only: its per-1,000-document (per-query) cost
     # projects the same job on the profile's other datasets, said in the row (another corpus: its
     # passages' lengths differ, and the encoders pad to the batch's longest)
@@ -315,7 +317,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         if not other_datasets or key in found or not dataset or (stage, job_id) not in on:
             continue
         src = sorted(on[stage, job_id], key=lambda d: (d != "nq", d))[0]
-        row = _row(cfg, job, found[stage, job_id, src], hashes.get((stage, job_id, src)))
+        row = _row(cfg, job, found[stage, job_id, src], hashes.get((stage, job_id, src)), prefer)
         row["how"] += f" (per-unit cost measured on {src}: another corpus)"
         row["measured_on_dataset"] = src
         rows.append(row)
@@ -332,7 +334,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         if src is None:
             continue
         ds = src.get("measured_on_dataset") or job.dataset
-        row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)))
+        row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)), prefer)
         row["how"] += (f" (per-unit cost of {job.stage} {base}" + (f" measured on {ds}" if ds != job.dataset else "")
                        + f": the same step on the same encoder shape, {differs})")
         row["borrowed_from"] = base
@@ -349,7 +351,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         if base is None:
             continue
         ds = src.get("measured_on_dataset") or job.dataset
-        row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)))
+        row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)), prefer)
         if row.get("seconds") is not None:
             row["seconds"] *= ratio
         row["how"] += (f" (scaled from {job.stage} {base}'s per-unit cost" + (f" measured on {ds}" if ds != job.dataset else "")
@@ -539,18 +541,19 @@ def _varied(p: Any, job: Any) -> tuple[str | None, str]:
     return base, f"its variant sets {', '.join(set_)}" if set_ else f"the variant {name}"
 
 
-def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str | None) -> dict[str, Any]:
+def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str | None,
+         prefer: str | None = None) -> dict[str, Any]:
     """The projected row of ``job`` from the record :func:`harness.ledger.pick` chooses of ``cands``
-    (``now``: today's rehearsal config hash of the job measured, to say where it is stale)."""
+    (``now``: today's rehearsal config hash of the job measured, to say where it is stale; ``prefer``:
+    the reference machine)."""
     from harness import ledger
     from harness.workflow import booked_mem_mb
 
     stage = job.stage
-    d = ledger.pick(cands, bool(job.gpu), now)
+    d = ledger.pick(cands, bool(job.gpu), now, prefer)
     row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"))
-    hw = d.get("hardware") or {}
-    if row["hardware"] == "cpu" and hw.get("cpu"):
-        row["hardware"] = f"{hw['cpu']} ({hw['simd'] + ', ' if hw.get('simd') else ''}{hw.get('cpus', '?')} cores)"
+    if row["hardware"] == "cpu":
+        row["hardware"] = ledger.machine(d)
     if stage in SEARCHING:
         _bound_search(cfg, job, row, d.get("documents_searched"))
     row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
@@ -570,6 +573,57 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
                         f"now {now[:10]}: the job's or an input's settings changed since)")
     row["booked_gib"] = round(booked_mem_mb(cfg, job) / 1024, 2)  # what the workflow's resources book
     return row
+
+
+def machine_ratios(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per pair of machines, how their per-unit costs compare over the jobs measured on both with the same
+    settings (same job, dataset and config hash; each machine's newest record): the median, lowest and
+    highest ratio of seconds a unit (the first machine's over the second's, the first the slower). The
+    estimate adds up rows measured on different machines; this says how far apart those machines are.
+    Measured on different days on shared machines: a spread, not a benchmark."""
+    import statistics
+
+    newest: dict[tuple, dict[str, Mapping[str, Any]]] = {}
+    for d in records:
+        c = d.get("cost") or {}
+        if not d.get("config_hash") or not c.get("seconds_per_unit"):
+            continue
+        per = newest.setdefault((*job_key(d), d["config_hash"]), {})
+        m = ledger_machine(d)
+        if m not in per or str(d.get("created") or "") > str(per[m].get("created") or ""):
+            per[m] = d
+    pairs: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for (stage, job_id, dataset, _), per in newest.items():
+        names = sorted(per)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                r = float(per[a]["cost"]["seconds_per_unit"]) / float(per[b]["cost"]["seconds_per_unit"])
+                pairs.setdefault((a, b), []).append((r, f"{stage} {job_id}" + (f" on {dataset}" if dataset else "")))
+    out = []
+    for (a, b), rs in sorted(pairs.items()):
+        med = statistics.median(r for r, _ in rs)
+        if med < 1:   # the slower machine first
+            a, b, rs, med = b, a, [(1 / r, j) for r, j in rs], 1 / med
+        out.append({"slower": a, "faster": b, "median": med, "low": min(r for r, _ in rs),
+                    "high": max(r for r, _ in rs), "jobs": sorted(j for _, j in rs)})
+    return out
+
+
+def machine_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The reference machine (:func:`harness.ledger.reference_machine`) and :func:`machine_ratios` as
+    lines of the estimate's summary (none where every job ran on one machine)."""
+    from harness import ledger
+
+    records = list(records)
+    machines = {ledger_machine(d) for d in records}
+    if len(machines) < 2:
+        return []
+    ref = ledger.reference_machine(records)
+    return [f"measured on {len(machines)} machines: each job is projected from {ref} (which measured the most "
+            f"jobs) where it ran there with today's settings, else from the machine that did (the hardware column)"] + [f"the same job on two machines: {r['slower']} took {r['median']:.2f}x the time a unit of {r['faster']} "
+            f"(median of {len(r['jobs'])} job(s) with the same settings, {r['low']:.2f}x to {r['high']:.2f}x; "
+            f"measured on different days on shared machines); the totals add up rows measured on either, "
+            f"each row names its machine" for r in machine_ratios(records)]
 
 
 def _held_in_memory(row: Mapping[str, Any]) -> float | None:
@@ -868,6 +922,8 @@ def main(argv: list[str]) -> int:
           f" pricing per stage: a schedule's stages each at its own measured step;"
           f" pricing whole: a job's start-up (imports, JVM, model load) is priced per unit too, so small slices"
           f" over-project):")
-    for line in summary(totals(rows, args.gpus)) + schedule_lines(schedule(cfg, rows, args.gpus)):
+    mine = measured_jobs(root) if root.is_dir() else []
+    for line in (summary(totals(rows, args.gpus)) + schedule_lines(schedule(cfg, rows, args.gpus))
+                 + machine_lines(mine + ledger.measurements(records))):
         print(f"  {line}")
     return 0

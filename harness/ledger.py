@@ -238,14 +238,38 @@ def every_failure(root: Any, records: Iterable[Mapping[str, Any]]) -> list[tuple
     return list(dict.fromkeys(here + failures(records, besides=here)))
 
 
-def pick(candidates: list[Mapping[str, Any]], gpu_job: bool, current_hash: str | None) -> Mapping[str, Any]:
+def machine(d: Mapping[str, Any]) -> str:
+    """The machine a measured job ran on, as the estimate names it: its GPU where it used one, else its
+    CPU, SIMD level and cores (``cpu`` where the record does not say)."""
+    gpu = (d.get("cost") or {}).get("gpu")
+    if gpu:
+        return str(gpu)
+    hw = d.get("hardware") or {}
+    if not hw.get("cpu"):
+        return "cpu"
+    return f"{hw['cpu']} ({hw['simd'] + ', ' if hw.get('simd') else ''}{hw.get('cpus', '?')} cores)"
+
+
+def reference_machine(records: Iterable[Mapping[str, Any]]) -> str | None:
+    """The machine that measured the most distinct jobs (:func:`job_key`) of ``records``: the one the
+    estimate projects from wherever it measured a job (:func:`pick`), so that a total adds up one
+    machine's figures where it can (a tie: the name first in order)."""
+    jobs: dict[str, set] = {}
+    for d in records:
+        jobs.setdefault(machine(d), set()).add(job_key(d))
+    return min(jobs, key=lambda m: (-len(jobs[m]), m)) if jobs else None
+
+
+def pick(candidates: list[Mapping[str, Any]], gpu_job: bool, current_hash: str | None,
+         prefer: str | None = None) -> Mapping[str, Any]:
     """The record to project a job from: measured on a GPU where the profile books one, then with
-    today's rehearsal settings (``current_hash``), then the newest; a tie goes to the first (this
-    machine's results come before the ledgers)."""
+    today's rehearsal settings (``current_hash``), then on the ``prefer`` machine (the estimate's
+    :func:`reference_machine`: machines two cores alike differ 1.7x a unit), then the newest; a tie goes
+    to the first (this machine's results come before the ledgers)."""
     def rank(ir):
         i, r = ir
         used_gpu = (r.get("cost") or {}).get("gpu_peak_bytes") is not None
         return (used_gpu or not gpu_job, current_hash is not None and r.get("config_hash") == current_hash,
-                str(r.get("created") or ""), -i)
+                prefer is not None and machine(r) == prefer, str(r.get("created") or ""), -i)
 
     return max(enumerate(candidates), key=rank)[1]

@@ -240,3 +240,24 @@ def test_qcr_uns_model_moves_with_its_own_backbone_and_its_query_generator():
     assert base.unhashed_reads(base.job("train", "qcr.uns", None),
                                ["backbones.contriever.source", "backbones.gemma-2-2b.source",
                                 "methods.qcr.generator.model"]) == []
+
+
+def test_every_variant_job_hashes_its_own_variant_entry_or_reads_a_model_that_does():
+    """A variant job reads ``methods.<m>.variants.<v>`` (variant_context). BPR's ``ref`` variant is BPR's
+    own model, so no input's hash covered its entry, and its run job hashed only the shared search
+    settings: the paper rehearsal's ``search bpr.ref on nq`` warned "read settings its hash does not
+    cover: methods.bpr.variants.ref". Every variant job of the paper profile (and its rehearsal) now
+    covers its entry, and a change to the ref entry moves that run and nothing of another variant."""
+    from harness.recording import covered
+
+    for files in (["configs/profiles/paper.yaml"], ["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"]):
+        cfg = load_config(files)
+        p = fresh(cfg)
+        bad = [(j.stage, j.id, j.dataset) for j in p.closure().values()
+               if (v := j.params.get("variant")) and v in (cfg["methods"].get(j.method, {}).get("variants") or {})
+               and not covered(f"methods.{j.method}.variants.{v}", p.hashed_keys(j))]
+        assert bad == [], (files, bad)
+        assert p.unhashed_reads(p.job("search", "bpr.ref", "nq"), ["methods.bpr.variants.ref"]) == []
+    ref_moved = moved(cfg, lambda c: c["methods"]["bpr"]["variants"]["ref"].__setitem__("n_candidates", 7), "bpr",
+                      directly=True)
+    assert ("search", "bpr.ref") in ref_moved and not any(j.startswith("bpr.") and j != "bpr.ref" for _, j in ref_moved)

@@ -103,6 +103,19 @@ def test_pick_prefers_a_gpu_measurement_for_a_gpu_job_then_todays_settings_then_
     assert ledger.pick([cpu_new, gpu_old], gpu_job=False, current_hash=None) is cpu_new
     assert ledger.pick([cpu_new, cpu_old], gpu_job=False, current_hash="h0") is cpu_old
     assert ledger.pick([cpu_old, dict(cpu_old)], gpu_job=False, current_hash=None) is cpu_old  # a tie: the first
+    # then the reference machine (the one that measured the most jobs) before the newest: a total adds up
+    # one machine's figures where it can (the rehearsal's AMD EPYC took ~1.7x the Intel Xeon's time a unit)
+    xeon = {**CPU, "cpu": "Intel(R) Xeon(R) Processor", "simd": "AVX-512"}
+    xeon_old = {"hardware": xeon, "cost": {}, "created": "2026-11-01", "config_hash": "h1", "kind": "model", "job": "dpr"}
+    epyc_new = {**cpu_new, "kind": "model", "job": "dpr"}
+    ref = ledger.machine(xeon_old)
+    assert ref == "Intel(R) Xeon(R) Processor (AVX-512, 2 cores)" and ledger.machine({}) == "cpu"
+    assert ledger.pick([epyc_new, xeon_old], gpu_job=False, current_hash="h1", prefer=ref) is xeon_old
+    assert ledger.pick([epyc_new, xeon_old], gpu_job=False, current_hash="h1") is epyc_new
+    assert ledger.pick([epyc_new, {**xeon_old, "config_hash": "h0"}], gpu_job=False, current_hash="h1",
+                       prefer=ref) is epyc_new   # today's settings first
+    more = [xeon_old, {**xeon_old, "job": "bpr"}, epyc_new, {**epyc_new, "created": "2026-12-03"}]  # 2 jobs vs 1
+    assert ledger.reference_machine(more) == ref and ledger.reference_machine([]) is None
 
 
 def test_a_job_measured_with_other_settings_than_todays_rehearsal_is_said_stale(tmp_path):
@@ -176,3 +189,35 @@ def test_a_job_measured_with_other_settings_than_the_rehearsals_is_not_recorded(
     (tmp_path / "r" / "models" / "dpr" / "meta.json").write_text(json.dumps({**meta, "config_hash": "tiny"}))
     written = ledger.record(tmp_path / "r", tmp_path / "costs", {("train", "dpr", None): "paper-shape"}, skipped)
     assert skipped == ["logs/train/dpr.log"] and list(written.values()) == [{"jobs": 2, "failures": 0}]
+
+
+def test_machine_ratios_compare_the_same_jobs_per_unit_costs_on_two_machines():
+    """Two machines that ran the same jobs with the same settings: per pair, the median, lowest and highest
+    ratio of seconds a unit, the slower machine first (worked by hand: 2.0 and 1.5 -> median 1.75); a job
+    measured with other settings (another config hash) is no pair; each machine's newest record counts;
+    a GPU measurement is named by its GPU."""
+    fast = {**CPU, "cpu": "Intel(R) Xeon(R) Processor", "simd": "AVX-512"}
+
+    def rec(job, hw, spu, h="h1", created="2026-12-01", gpu=None, stage_kind="model"):
+        c = {"seconds_per_unit": spu, "seconds": spu * 2, **({"gpu": gpu} if gpu else {})}
+        return {"kind": stage_kind, "job": job, "hardware": hw, "config_hash": h, "created": created, "cost": c}
+
+    records = [rec("dpr", CPU, 20.0), rec("dpr", fast, 10.0),
+               rec("bpr", CPU, 9.0, created="2026-11-30"), rec("bpr", CPU, 15.0, created="2026-12-02"),
+               rec("bpr", fast, 10.0),
+               rec("svdr", CPU, 50.0, h="old"), rec("svdr", fast, 10.0, h="new"),   # other settings: no pair
+               rec("vdr", CPU, 7.0)]                                                 # one machine only
+    [r] = estimate.machine_ratios(records)
+    assert (r["slower"], r["faster"]) == ("AMD EPYC (AVX2, 2 cores)", "Intel(R) Xeon(R) Processor (AVX-512, 2 cores)")
+    assert r["median"] == pytest.approx(1.75) and (r["low"], r["high"]) == (pytest.approx(1.5), pytest.approx(2.0))
+    assert r["jobs"] == ["train bpr", "train dpr"]
+    first, line = estimate.machine_lines(records)
+    assert first.startswith("measured on 2 machines: each job is projected from AMD EPYC (AVX2, 2 cores) (which "
+                            "measured the most jobs)")   # 4 jobs there, 3 on the Xeon
+    assert "AMD EPYC (AVX2, 2 cores) took 1.75x the time a unit of Intel(R) Xeon(R) Processor" in line
+    assert "median of 2 job(s) with the same settings, 1.50x to 2.00x" in line
+    # listed the other way round, the same answer (the slower first); a GPU is named by its GPU
+    assert estimate.machine_ratios(records[::-1])[0]["median"] == pytest.approx(1.75)
+    [g] = estimate.machine_ratios([rec("dpr", GPU, 0.5, gpu="NVIDIA H200"), rec("dpr", fast, 10.0)])
+    assert (g["slower"], g["faster"], g["median"]) == ("Intel(R) Xeon(R) Processor (AVX-512, 2 cores)", "NVIDIA H200", 20.0)
+    assert estimate.machine_lines([rec("dpr", CPU, 20.0)]) == []

@@ -549,7 +549,10 @@ class Site:
         body.append("</table>")
         body.append("<ul class='projected'>" + "".join(f"<li>{esc(line)}</li>"
                                                        for line in estimate.summary(estimate.totals(rows, 8))
-                                                       + estimate.schedule_lines(estimate.schedule(paper, rows, 8)))
+                                                       + estimate.schedule_lines(estimate.schedule(paper, rows, 8))
+                                                       + estimate.machine_lines(
+                                                           (estimate.measured_jobs(root) if root.is_dir() else [])
+                                                           + ledger.measurements(records)))
                     + "</ul>")
         if failed:
             body.append(f"<h2>{len(failed)} rehearsal job(s) failed or did not finish</h2><ul>"

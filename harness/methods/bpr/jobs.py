@@ -71,7 +71,8 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
     for d in cfg["methods"][name].get("variant_datasets") or [td]:
         for v in variants:
             jobs.append(Job("search", f"{name}.{v}", name, "run_variant", d, gpu=gpu, params={"variant": v},
-                            keys=("evaluate.depth", *affects(name, "search.variant")), systems=(f"{name}.{v}",),
+                            keys=("evaluate.depth", *affects(name, "search.variant", at={"variants": v})),
+                            systems=(f"{name}.{v}",),
                             inputs={"data": Ref("data", dataset=d), "model": Ref("model", model_id(cfg, v))}))
     for d in cfg["methods"][name].get("efficiency_datasets") or [td]:
         jobs.append(Job("measure", f"{name}.efficiency", name, "measure_efficiency", d,
