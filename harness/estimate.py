@@ -619,11 +619,12 @@ def machine_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
     if len(machines) < 2:
         return []
     ref = ledger.reference_machine(records)
-    return [f"measured on {len(machines)} machines: each job is projected from {ref} (which measured the most "
-            f"jobs) where it ran there with today's settings, else from the machine that did (the hardware column)"] + [f"the same job on two machines: {r['slower']} took {r['median']:.2f}x the time a unit of {r['faster']} "
-            f"(median of {len(r['jobs'])} job(s) with the same settings, {r['low']:.2f}x to {r['high']:.2f}x; "
-            f"measured on different days on shared machines); the totals add up rows measured on either, "
-            f"each row names its machine" for r in machine_ratios(records)]
+    lines = [f"measured on {len(machines)} machines: each job is projected from {ref} (which measured the most "
+             f"jobs) where it ran there with today's settings, else from the machine that did (the hardware column)"]
+    return lines + [f"the same job on two machines: {r['slower']} took {r['median']:.2f}x the time a unit of "
+                    f"{r['faster']} (median of {len(r['jobs'])} job(s) with the same settings, {r['low']:.2f}x to "
+                    f"{r['high']:.2f}x; measured on different days on shared machines); the totals add up rows "
+                    f"measured on either, each row names its machine" for r in machine_ratios(records)]
 
 
 def _held_in_memory(row: Mapping[str, Any]) -> float | None:
