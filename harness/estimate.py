@@ -553,7 +553,7 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     d = ledger.pick(cands, bool(job.gpu), now, prefer)
     row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"))
     if row["hardware"] == "cpu":
-        row["hardware"] = ledger.machine(d)
+        row["hardware"] = ledger_machine(d)
     if stage in SEARCHING:
         _bound_search(cfg, job, row, d.get("documents_searched"))
     row["papers_own"] = PAPERS_OWN.get((job.stage, job.id, job.dataset or ""), "")
@@ -607,6 +607,16 @@ def machine_ratios(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
         out.append({"slower": a, "faster": b, "median": med, "low": min(r for r, _ in rs),
                     "high": max(r for r, _ in rs), "jobs": sorted(j for _, j in rs)})
     return out
+
+
+def every_measurement(root: Any, ledger_records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The measured jobs :func:`estimate` chooses from: this machine's under ``root`` (where it exists),
+    then the ledgers' (:func:`harness.ledger.measurements`); what :func:`machine_lines` compares."""
+    from pathlib import Path
+
+    from harness import ledger
+
+    return (measured_jobs(root) if Path(root).is_dir() else []) + ledger.measurements(ledger_records)
 
 
 def machine_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -923,8 +933,7 @@ def main(argv: list[str]) -> int:
           f" pricing per stage: a schedule's stages each at its own measured step;"
           f" pricing whole: a job's start-up (imports, JVM, model load) is priced per unit too, so small slices"
           f" over-project):")
-    mine = measured_jobs(root) if root.is_dir() else []
     for line in (summary(totals(rows, args.gpus)) + schedule_lines(schedule(cfg, rows, args.gpus))
-                 + machine_lines(mine + ledger.measurements(records))):
+                 + machine_lines(every_measurement(root, records))):
         print(f"  {line}")
     return 0

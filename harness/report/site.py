@@ -551,8 +551,7 @@ class Site:
                                                        for line in estimate.summary(estimate.totals(rows, 8))
                                                        + estimate.schedule_lines(estimate.schedule(paper, rows, 8))
                                                        + estimate.machine_lines(
-                                                           (estimate.measured_jobs(root) if root.is_dir() else [])
-                                                           + ledger.measurements(records)))
+                                                           estimate.every_measurement(root, records)))
                     + "</ul>")
         if failed:
             body.append(f"<h2>{len(failed)} rehearsal job(s) failed or did not finish</h2><ul>"
