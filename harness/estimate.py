@@ -869,7 +869,7 @@ def main(argv: list[str]) -> int:
 
     from harness import ledger
     from harness.config import add_config_argument, load_config
-    from harness.errors import DataError
+    from harness.errors import ConfigError, DataError
 
     ap = argparse.ArgumentParser(prog="python -m harness estimate",
                                  description="project the cost of a profile's jobs from a rehearsal's measured costs")
@@ -899,6 +899,12 @@ def main(argv: list[str]) -> int:
             print(f"not recorded, measured with other settings than the rehearsal's (rehearsal-tiny, or an override "
                   f"that changes the job): {', '.join(skipped)}")
         return 0
+    if cfg.get("profile") == "rehearsal":  # its slices are measured, never projected to: the counts are the cards'
+        raise ConfigError(f"profile: rehearsal (from {', '.join(map(str, args.config))}): the estimate projects the "
+                          "rehearsal's per-unit costs to the paper profile's counts (the datasets' cards), not to "
+                          "the rehearsal's own slices",
+                          fix="drop configs/profiles/rehearsal.yaml: python -m harness estimate --config "
+                              "configs/profiles/paper.yaml (--record reads the rehearsal's folder with either)")
     records = [] if args.no_ledger else ledger.read(args.ledger)
     rows = estimate(cfg, root, records)
     if not rows:

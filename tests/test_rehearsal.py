@@ -222,6 +222,12 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     # the issue's own command line spells the option as Snakemake does
     assert estimate.main(["--configfile", "configs/profiles/paper.yaml", "--measured", str(tmp_path), "--no-ledger"]) == 0
     assert capsys.readouterr().out == out
+    # the rehearsal overlay is what is measured, not a profile to project to: its slices are not the
+    # cards' counts (it printed BPR's 2,067-passage index as 1,185 hours)
+    from harness.errors import ConfigError
+    with pytest.raises(ConfigError, match="profile: rehearsal .* drop configs/profiles/rehearsal.yaml"):
+        estimate.main(["--config", "configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml",
+                       "--measured", str(tmp_path), "--no-ledger"])
 
 
 def test_a_search_over_the_training_questions_is_projected_to_that_split(tmp_path):
