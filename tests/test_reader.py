@@ -140,6 +140,79 @@ def test_exact_match_of_runs_and_cli(trained, tmp_path):
     assert doc["device_info"]["device"] == "cpu"
 
 
+def test_the_em_job_reads_on_its_sections_device(trained, tmp_path):
+    """The EM job reads on the reader section's device, as index and search jobs encode on theirs
+    (the paper profile books it a GPU for NQ's 3,610 questions x 20 passages x 6 systems; it read them
+    on the CPU whatever the section said): ``device: cuda`` on a machine without one fails naming the
+    setting, or, under ``device_fallback`` (the rehearsal), reads here and records the fallback."""
+    import shutil
+
+    from harness import cost
+    from harness.errors import ConfigError
+    from harness.job import Job
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the job reads there (test_the_readers_answers_on_the_gpu_are_the_cpus)")
+    ctx, runs, out, _ = trained
+    cuda = Context({**ctx.cfg, "reader": {**ctx.cfg["reader"], "device": "cuda", "max_test_questions": 8}}, "reader", "smoke")
+    job = Job("measure", "reader.em", "reader", "measure_em", "smoke", systems=("x",))
+    (tmp_path / "x").mkdir()
+    shutil.copyfile(runs["test"], tmp_path / "x" / "x.trec")
+    inputs = {"data": ctx.data_dir(), "model": out, "run_0": tmp_path / "x"}
+    for d in ("strict", "fallback"):
+        (tmp_path / d).mkdir()
+    cost.allow_fallbacks(False)
+    with pytest.raises(ConfigError, match="device: cuda"):
+        reader.measure_em(cuda, job, inputs, tmp_path / "strict")
+    assert not (tmp_path / "strict" / "x.json").exists()
+    cost.allow_fallbacks(True)
+    try:
+        reader.measure_em(cuda, job, inputs, tmp_path / "fallback")
+        assert cost.fallbacks() == ["device cuda -> cpu: torch sees no CUDA device"]
+    finally:
+        cost.allow_fallbacks(False)
+    doc = json.loads((tmp_path / "fallback" / "x.json").read_text())
+    assert doc["device_info"]["device"] == "cpu" and len(doc["predictions"]) == 8
+
+
+@pytest.mark.gpu
+def test_the_readers_answers_on_the_gpu_are_the_cpus(trained):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    ctx, _, out, _ = trained
+    docs = list(store.iter_corpus(ctx.data_dir()))[:8]
+    cpu, gpu = reader.Reader.load(ctx, out), reader.Reader.load(ctx, out, "cuda")
+    for m in (cpu, gpu):
+        m.train(False)
+    for q in ("Who founded the works?", "When was it built?"):
+        a, b = cpu.predict(q, docs), gpu.predict(q, docs)
+        assert (a["answer"], a["passage"]) == (b["answer"], b["passage"]) and a["score"] == pytest.approx(b["score"], abs=1e-3)
+
+
+@pytest.mark.gpu
+def test_densephrases_teacher_logits_on_the_gpu_are_the_cpus(trained):
+    """DensePhrases' distillation reads every training example through the reader once, on the
+    training's device (the paper profile's CUDA; it read them on the CPU before)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from harness.datasets import Query
+    from harness.methods import densephrases as dp
+    from harness.models.backbones import load_tokenizer
+
+    ctx, _, out, _ = trained
+    cfg = load_config()
+    docs = {"a": Doc("a", "Paris", "Paris is the capital of France."), "b": Doc("b", "Rome", "Rome is old and big.")}
+    exs, _ = dp.examples_of(dp.settings(cfg), load_tokenizer(cfg, "splade-tiny"),
+                            [Query("1", "capital of france?", ["Paris"], ["a"]), Query("2", "what is old?", ["Rome"], ["b"])], docs)
+    cpu = dp.teacher_logits(ctx.cfg, out, exs)
+    gpu = dp.teacher_logits(ctx.cfg, out, exs, device="cuda")
+    for (a_s, a_e), (b_s, b_e) in zip(cpu, gpu, strict=True):
+        assert np.allclose(a_s, b_s, atol=1e-3, equal_nan=True) and np.allclose(a_e, b_e, atol=1e-3, equal_nan=True)
+
+
 def test_em_sample_is_seeded(setup, trained):
     ctx, runs, out, _ = trained
     cfg = {**ctx.cfg, "reader": {**ctx.cfg["reader"], "max_test_questions": 10}}

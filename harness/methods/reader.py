@@ -90,9 +90,9 @@ def text_mask(enc: Any, offsets: Any, prefix: Sequence[int]) -> Any:
 class Reader:
     """Encoder + selection and span heads, with the tokenizer."""
 
-    def __init__(self, ctx: Context, encoder, tokenizer, heads=None) -> None:
+    def __init__(self, ctx: Context, encoder, tokenizer, heads=None, device: str = "cpu") -> None:
         torch = _torch(ctx)
-        self.ctx, self.enc, self.tok = ctx, encoder, tokenizer
+        self.ctx, self.enc, self.tok, self.device = ctx, encoder, tokenizer, device
         d = encoder.config.hidden_size
         self.heads = heads if heads is not None else torch.nn.ModuleDict(
             {"score": torch.nn.Linear(d, 1), "span": torch.nn.Linear(d, 2)})
@@ -108,15 +108,18 @@ class Reader:
         return cls(ctx, load_encoder(ctx.cfg, name), load_tokenizer(ctx.cfg, name))
 
     @classmethod
-    def load(cls, ctx: Context, folder: Path) -> Reader:
+    def load(cls, ctx: Context, folder: Path, device: str = "cpu") -> Reader:
+        """The reader saved in ``folder``, on ``device`` (where :meth:`predict` reads; its answers come
+        back as strings, its scores as floats)."""
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-
         quiet_transformers()
         enc = AutoModel.from_pretrained(Path(folder) / ENCODER_DIR)
-        r = cls(ctx, enc, AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR))
+        r = cls(ctx, enc, AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR), device=device)
         r.heads.load_state_dict(torch.load(Path(folder) / HEADS_FILE, map_location="cpu", weights_only=True))
+        r.enc.to(device)
+        r.heads.to(device)
         return r
 
     def save(self, folder: Path) -> None:
@@ -163,7 +166,7 @@ class Reader:
             return {"answer": "", "passage": None, "score": float("-inf")}
         with torch.inference_mode():
             enc, offsets, mask, starts = self.batch([question] * len(docs), docs)
-            score, start, end = self.forward(enc)
+            score, start, end = (t.float().cpu() for t in self.forward(enc.to(self.device)))
         best = int(score.argmax())
         neg = torch.finfo(start.dtype).min
         s_log = torch.log_softmax(start[best].masked_fill(~mask[best], neg), -1)
@@ -306,9 +309,10 @@ def train(ctx: Context, out: Path, run_path: Path) -> dict[str, Any]:
             "backbone": s["backbone"], "params": model.n_params(), "retriever_run": str(run_path)}
 
 
-def exact_match_of_runs(ctx: Context, model_dir: Path, runs: Mapping[str, Path], dataset: str) -> dict[str, dict[str, Any]]:
-    """EM of the reader over the top-k passages of each run (system -> run file), on the test
-    questions with answers (a seeded sample of ``max_test_questions`` where set)."""
+def exact_match_of_runs(ctx: Context, model_dir: Path, runs: Mapping[str, Path], dataset: str,
+                        device: str = "cpu") -> dict[str, dict[str, Any]]:
+    """EM of the reader (read on ``device``) over the top-k passages of each run (system -> run file),
+    on the test questions with answers (a seeded sample of ``max_test_questions`` where set)."""
     from harness.runs import read_run
 
     s = settings(ctx.cfg)
@@ -324,7 +328,7 @@ def exact_match_of_runs(ctx: Context, model_dir: Path, runs: Mapping[str, Path],
         tops[system] = {q.id: [d for d, _ in run.get(q.id, [])[: s["top_k"]]] for q in queries}
     needed = {d for t in tops.values() for ids in t.values() for d in ids}
     docs = {d.id: d for d in store.iter_corpus(folder) if d.id in needed}  # one pass over the corpus
-    model = Reader.load(ctx, model_dir)
+    model = Reader.load(ctx, model_dir, device)
     model.train(False)
     out = {}
     read: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}   # (question, its passages) -> answer
@@ -383,11 +387,15 @@ def measure_em(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     """Reader EM (and its parameter count) over the top-k passages of each system's run."""
     from harness import figures
     from harness.meta import device_info
+    from harness.models.runtime import encode_device
 
     s = settings(ctx.cfg)
-    device = "cpu"  # the reader predicts on the CPU (no GPU code path)
+    # the section's device, as its training's (the paper profile books this job a GPU: NQ's 3,610 test
+    # questions x top 20 passages x 6 systems; it read them on the CPU before); no GPU: the section's
+    # fallback rule (harness.train.resolve_device)
+    device = encode_device(s)
     runs = {system: inputs[f"run_{i}"] / f"{system}.trec" for i, system in enumerate(job.systems)}
-    results = exact_match_of_runs(ctx, inputs["model"], runs, str(job.dataset))
+    results = exact_match_of_runs(ctx, inputs["model"], runs, str(job.dataset), device)
     for system, run in runs.items():
         res = results[system]
         sample = (f"a seeded sample of {res['questions']} of {res['test_questions']} test questions"

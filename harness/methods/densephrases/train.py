@@ -18,7 +18,7 @@ from harness.errors import ConfigError, DataError
 from harness.methods.base import Context
 from harness.methods.densephrases.model import PhraseModel, Window, _pad, windows
 from harness.methods.densephrases.settings import NAME, prepare
-from harness.models.runtime import torch_for
+from harness.models.runtime import encode_device, torch_for
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,22 +85,23 @@ def examples_of(s: Mapping[str, Any], tok, queries: Sequence[Query], docs: Mappi
     return out, stats
 
 
-def teacher_logits(cfg: Mapping[str, Any], reader_dir: Path, exs: Sequence[Example], batch: int = 16
-                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+def teacher_logits(cfg: Mapping[str, Any], reader_dir: Path, exs: Sequence[Example], batch: int = 16,
+                   device: str = "cpu") -> list[tuple[np.ndarray, np.ndarray]]:
     """The reader's start/end logits on each example, at the example window's positions (NaN where
-    the reader does not see the token: its window is shorter). Mapped by character offset."""
+    the reader does not see the token: its window is shorter). Mapped by character offset. The reader
+    reads on ``device`` (the training's: every training example passes through it once)."""
     import torch
 
     from harness.methods.reader import Reader
 
-    reader = Reader.load(Context(cfg, "reader"), reader_dir)
+    reader = Reader.load(Context(cfg, "reader"), reader_dir, device)
     reader.train(False)
     out = []
     with torch.inference_mode():
         for b in range(0, len(exs), batch):
             chunk = exs[b:b + batch]
             enc, offsets, mask, shifts = reader.batch([e.question for e in chunk], [e.doc for e in chunk])
-            _, st, en = reader.forward(enc)
+            _, st, en = (t.float().cpu() for t in reader.forward(enc.to(device)))
             for k, e in enumerate(chunk):
                 pos = {}
                 for t in range(offsets.shape[1]):
@@ -295,7 +296,8 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
         raise DataError(f"{inputs['data']}: {len(exs)} training question(s) with an answer in their gold passage "
                         f"({stats}); DensePhrases cannot train")
     # the initial checkpoint (lr 0) moves no weight: the teacher's logits would change only its one logged loss
-    teacher = teacher_logits(cfg, inputs["reader"], exs) if s["distill"] and not loop.initial_only() else None
+    teacher = (teacher_logits(cfg, inputs["reader"], exs, device=encode_device(s))
+               if s["distill"] and not loop.initial_only() else None)
     index_of = {e.qid: i for i, e in enumerate(exs)}
     ts = loop.TrainSettings.from_config(s, log_every=20)
     total = loop.total_steps(len(exs), ts.batch_size, ts.epochs, ts.grad_accum)
