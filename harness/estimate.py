@@ -565,6 +565,10 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
         # each insertion searches the graph built so far (efConstruction candidates over ~log n layers)
         row["how"] += " (an HNSW graph's insertion cost grows with the graph, about log n: a lower bound)"
         row["bound"] = "lower"
+    if stage == "measure":   # no unit of work to scale: it times or reads the slice's indexes
+        row["how"] = ("not scaled: as measured on the rehearsal's slices and counts (its questions, repeats and "
+                      "indexes are the profile's smaller): a lower bound")
+        row["bound"] = "lower"
     _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
     row["bytes"] = d.get("bytes")
     row["source"] = d["_source"]

@@ -230,6 +230,25 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
                        "--measured", str(tmp_path), "--no-ledger"])
 
 
+def test_a_measure_job_is_as_measured_and_a_lower_bound(tmp_path):
+    """A measure job (BPR's Table 1/2 efficiency) has no unit of work the estimate scales: its seconds
+    stand as measured, on the rehearsal's 16 timing questions and slice-sized indexes, so its row says
+    so and counts among the lower bounds (it was printed as measured, unqualified)."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    (tmp_path / "metrics/nq/bpr.efficiency").mkdir(parents=True)
+    (tmp_path / "metrics/nq/bpr.efficiency/meta.json").write_text(json.dumps(
+        {"kind": "metrics", "job": "bpr.efficiency", "dataset": "nq", "cost": cost.record("measure", {}, 120.0)}))
+    [row] = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, siblings=False)
+    assert (row["stage"], row["seconds"], row["bound"]) == ("measure", 120.0, "lower")
+    assert row["how"].startswith("not scaled: as measured on the rehearsal's slices and counts")
+    assert estimate.totals([row], 8)["lower_bounds"] == 1
+
+
 def test_a_search_over_the_training_questions_is_projected_to_that_split(tmp_path):
     """BPR's run over NQ's training questions (the reader's input) counts NQ's 58,880 training
     questions, not its 3,610 test ones (it did, before)."""
