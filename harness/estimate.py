@@ -820,7 +820,7 @@ def summary(t: Mapping[str, Any]) -> list[str]:
             + f"; projected: {t['projected']}; no count to project from: {t['jobs'] - t['projected']}"
             + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "
                f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists; an HNSW "
-               f"graph built over a slice)"
+               f"graph built over a slice; measure jobs, as measured on the slices)"
                if t["lower_bounds"] else ""),
             f"GPU jobs (the profile books a GPU) measured on a GPU: {t['gpu_hours']:,.1f} GPU-hours; on {t['gpus']} "
             f"GPUs at best {t['gpu_wall_hours']:,.1f} hours wall (no dependency waits)",
