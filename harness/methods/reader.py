@@ -90,9 +90,9 @@ def text_mask(enc: Any, offsets: Any, prefix: Sequence[int]) -> Any:
 class Reader:
     """Encoder + selection and span heads, with the tokenizer."""
 
-    def __init__(self, ctx: Context, encoder, tokenizer, heads=None, device: str = "cpu") -> None:
+    def __init__(self, ctx: Context, encoder, tokenizer, heads=None) -> None:
         torch = _torch(ctx)
-        self.ctx, self.enc, self.tok, self.device = ctx, encoder, tokenizer, device
+        self.ctx, self.enc, self.tok = ctx, encoder, tokenizer
         d = encoder.config.hidden_size
         self.heads = heads if heads is not None else torch.nn.ModuleDict(
             {"score": torch.nn.Linear(d, 1), "span": torch.nn.Linear(d, 2)})
@@ -116,7 +116,7 @@ class Reader:
 
         quiet_transformers()
         enc = AutoModel.from_pretrained(Path(folder) / ENCODER_DIR)
-        r = cls(ctx, enc, AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR), device=device)
+        r = cls(ctx, enc, AutoTokenizer.from_pretrained(Path(folder) / ENCODER_DIR))
         r.heads.load_state_dict(torch.load(Path(folder) / HEADS_FILE, map_location="cpu", weights_only=True))
         r.enc.to(device)
         r.heads.to(device)
@@ -166,7 +166,8 @@ class Reader:
             return {"answer": "", "passage": None, "score": float("-inf")}
         with torch.inference_mode():
             enc, offsets, mask, starts = self.batch([question] * len(docs), docs)
-            score, start, end = (t.float().cpu() for t in self.forward(enc.to(self.device)))
+            on = next(self.enc.parameters()).device   # where the model is (load's device, or training's)
+            score, start, end = (t.float().cpu() for t in self.forward(enc.to(on)))
         best = int(score.argmax())
         neg = torch.finfo(start.dtype).min
         s_log = torch.log_softmax(start[best].masked_fill(~mask[best], neg), -1)
