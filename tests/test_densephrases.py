@@ -321,6 +321,47 @@ def test_dpr_reader_timing_reads_each_question(tmp_path, cfg, monkeypatch):
     assert all(ids == ["d2", "d1"] for _, ids in read)            # DPR's ranking, mapped to passages
 
 
+@pytest.mark.parametrize("allowed", [True, False])
+def test_the_timing_child_takes_the_jobs_fallback_rule_and_returns_what_it_took(tmp_path, cfg, monkeypatch, allowed):
+    """measure densephrases.speed times each system in a fresh process, which allowed no fallback: the
+    rehearsal's phrase index (fewer IVF lists on its slice, a fallback) was refused there while the
+    search job read it. The child now takes the job's ``device_fallback`` and returns what it took."""
+    from harness import cost
+    from harness.datasets import store
+    from harness.methods import dpr
+    from harness.methods.reader import Reader
+
+    store.write_corpus(tmp_path, [Doc("d1", "", "one passage")])
+
+    class FakeSearcher:
+        docids = ["d1"]
+
+        def __init__(self, *_):
+            cost.fallback("device cuda -> cpu: torch sees no CUDA device")
+
+        def encode(self, texts):
+            return np.zeros((len(texts), 4), np.float32)
+
+        def search(self, vecs, k):
+            return np.zeros((len(vecs), 1), np.float32), np.zeros((len(vecs), 1), int)
+
+    class FakeReader:
+        def train(self, _):
+            pass
+
+        def predict(self, question, docs):
+            return {"answer": ""}
+
+    monkeypatch.setattr(dpr, "Searcher", FakeSearcher)
+    monkeypatch.setattr(Reader, "load", classmethod(lambda cls, *_: FakeReader()))
+    try:
+        out = dp._time_child({**cfg, "device_fallback": allowed}, "dpr",
+                             {"data": str(tmp_path), "dpr_index": "x", "dpr_model": "x", "reader": "x"}, ["q"] * 8, 1)
+    finally:
+        cost.allow_fallbacks(False)
+    assert out["fallbacks"] == (["device cuda -> cpu: torch sees no CUDA device"] if allowed else [])
+
+
 # ------------------------------------------------------------------------------------------ the filter
 
 
