@@ -329,6 +329,7 @@ def test_the_timing_child_takes_the_jobs_fallback_rule_and_returns_what_it_took(
     from harness import cost
     from harness.datasets import store
     from harness.methods import dpr
+    from harness.methods.densephrases import measure
     from harness.methods.reader import Reader
 
     store.write_corpus(tmp_path, [Doc("d1", "", "one passage")])
@@ -355,7 +356,7 @@ def test_the_timing_child_takes_the_jobs_fallback_rule_and_returns_what_it_took(
     monkeypatch.setattr(dpr, "Searcher", FakeSearcher)
     monkeypatch.setattr(Reader, "load", classmethod(lambda cls, *_: FakeReader()))
     try:
-        out = dp._time_child({**cfg, "device_fallback": allowed}, "dpr",
+        out = measure._child(dp._time_child, {**cfg, "device_fallback": allowed}, "dpr",
                              {"data": str(tmp_path), "dpr_index": "x", "dpr_model": "x", "reader": "x"}, ["q"] * 8, 1)
     finally:
         cost.allow_fallbacks(False)

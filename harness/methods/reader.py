@@ -159,6 +159,12 @@ class Reader:
         start, end = self.heads["span"](hidden).unbind(-1)
         return score, start, end
 
+    def read(self, enc):
+        """:meth:`forward` where the model's weights are (load's device, or training's), as float32
+        CPU tensors (the span search and the offsets are on the CPU)."""
+        on = next(self.enc.parameters()).device
+        return tuple(t.float().cpu() for t in self.forward(enc.to(on)))
+
     def predict(self, question: str, docs: Sequence[Doc]) -> dict[str, Any]:
         """The answer string read from ``docs`` (the question's top-k passages)."""
         torch = _torch(self.ctx)
@@ -166,8 +172,7 @@ class Reader:
             return {"answer": "", "passage": None, "score": float("-inf")}
         with torch.inference_mode():
             enc, offsets, mask, starts = self.batch([question] * len(docs), docs)
-            on = next(self.enc.parameters()).device   # where the model is (load's device, or training's)
-            score, start, end = (t.float().cpu() for t in self.forward(enc.to(on)))
+            score, start, end = self.read(enc)
         best = int(score.argmax())
         neg = torch.finfo(start.dtype).min
         s_log = torch.log_softmax(start[best].masked_fill(~mask[best], neg), -1)

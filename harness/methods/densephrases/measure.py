@@ -95,13 +95,9 @@ def _peak_rss_bytes() -> int:
 
 
 def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int) -> dict[str, Any]:
-    """Run in a fresh process (peak RAM of one system alone): load, time with densephrases-qps. The
-    job's fallback rule goes with it (a fresh process allows none: the rehearsal's phrase index, built
-    with fewer IVF lists on its slice, was refused here), and the fallbacks it takes come back."""
-    from harness import cost
+    """Run in a fresh process (peak RAM of one system alone): load, time with densephrases-qps."""
     from harness.timing import PROTOCOLS, run_protocol
 
-    cost.allow_fallbacks(bool(cfg.get("device_fallback", False)))
     protocol = PROTOCOLS.get("densephrases-qps")
     cfg, reads = recording(cfg)  # the child's reads go back to the step's record (_in_child)
     if kind == "densephrases":
@@ -137,7 +133,6 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
     res = run_protocol(protocol, questions, encode=enc, search=srch, k=k, device="cpu")
     secs = res.samples["encode+search"]
     return {"timing": res.to_dict(), "peak_rss": _peak_rss_bytes(), "settings_read": sorted(reads),
-            "fallbacks": cost.fallbacks(),
             "qps": res.queries / max(1e-12, sum(secs)),
             # one timed call per batch (the protocol's repeats is 1): queries and seconds batch by batch
             "batches": (res.batch_sizes, secs) if len(secs) == len(res.batch_sizes) and sum(secs) > 0 else None}
@@ -150,15 +145,25 @@ def _qps(r: Mapping[str, Any], what: str) -> dict[str, Any]:
     return value(r["qps"], "Q/s", what, device="cpu", batches=r.get("batches"))
 
 
+def _child(fn, cfg: dict, *args) -> dict[str, Any]:
+    """``fn(cfg, *args)`` under the job's fallback rule (a fresh process allows none: the rehearsal's
+    phrase index, built with fewer IVF lists on its slice, was refused in it), with the fallbacks it took."""
+    from harness import cost
+
+    cost.allow_fallbacks(bool(cfg.get("device_fallback", False)))
+    return {**fn(cfg, *args), "fallbacks": cost.fallbacks()}
+
+
 def _in_child(fn, cfg, *args):
-    """``fn(cfg, *args)`` in a fresh process; the config goes as a plain copy (not a read of it) and
-    the settings the child read, and the fallbacks it took, are added to the step's own record."""
+    """``fn(cfg, *args)`` in a fresh process (:func:`_child`); the config goes as a plain copy (not a
+    read of it) and the settings the child read, and the fallbacks it took, are added to the step's
+    own record."""
     import multiprocessing as mp
 
     from harness import cost
 
     with mp.get_context("spawn").Pool(1) as pool:
-        out = pool.apply(fn, (snapshot(cfg), *args))
+        out = pool.apply(_child, (fn, snapshot(cfg), *args))
     for taken in out.pop("fallbacks", []):   # recorded in the job's meta.json as the parent's own
         cost.fallback(taken)
     if isinstance(cfg, RecordingDict):

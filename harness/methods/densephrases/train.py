@@ -101,7 +101,7 @@ def teacher_logits(cfg: Mapping[str, Any], reader_dir: Path, exs: Sequence[Examp
         for b in range(0, len(exs), batch):
             chunk = exs[b:b + batch]
             enc, offsets, mask, shifts = reader.batch([e.question for e in chunk], [e.doc for e in chunk])
-            _, st, en = (t.float().cpu() for t in reader.forward(enc.to(device)))
+            _, st, en = reader.read(enc)
             for k, e in enumerate(chunk):
                 pos = {}
                 for t in range(offsets.shape[1]):
