@@ -219,9 +219,19 @@ def _gpu_memory() -> tuple[int, int]:
 
 
 def peaks() -> dict[str, Any]:
-    """Peak resident memory of this process (bytes) and, where torch used a GPU here, its peak
-    allocated GPU memory and the device's name."""
-    out: dict[str, Any] = {"host_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    """Peak resident memory of the job (bytes) and, where torch used a GPU here, its peak allocated
+    GPU memory and the device's name.
+
+    A job that ran work in a child process it waited for (a measure job times each system in a fresh
+    process) counts the largest such child beside its own peak: ``host_peak_bytes`` is then their sum,
+    an upper bound where the two did not overlap, with each part under ``host_self_peak_bytes`` and
+    ``host_children_peak_bytes``. Without it the job's peak was its parent's alone, far below what the
+    job needs booked."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    out: dict[str, Any] = {"host_peak_bytes": own + children}
+    if children:
+        out.update(host_self_peak_bytes=own, host_children_peak_bytes=children)
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         out["gpu_peak_bytes"] = int(torch.cuda.max_memory_allocated())

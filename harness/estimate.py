@@ -59,6 +59,14 @@ def _setting(values: Mapping[str, Any], method: str, key: str, default: Any = No
     return values.get(f"methods.{method}.{key}", values.get(f"{method}.{key}", default))
 
 
+def _sub_training(values: Mapping[str, Any], job: Any) -> Mapping[str, Any]:
+    """The settings of a second training a job's id names inside its method's section (densephrases.qs:
+    ``methods.densephrases.qs``, its epochs and batch size), or {} for a method's own training."""
+    head, _, tail = job.id.partition(".")
+    node = _setting(values, job.method, tail) if head == job.method and tail else None
+    return node if isinstance(node, Mapping) and ("epochs" in node or "batch_size" in node) else {}
+
+
 def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
     """How many units of its stage's work ``job`` does in the full profile ``cfg`` (from the job's own
     hashed settings, its variant's included, and the dataset cards' counts), and how that was
@@ -77,18 +85,25 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
             return float(sum(st["steps"] for st in _setting(values, m, "schedule"))), "the schedule's steps"
         if _setting(values, m, "max_steps"):
             return float(_setting(values, m, "max_steps")), "max_steps"
-        sets = _setting(values, m, "train_datasets") or [_setting(values, m, "train_dataset")]
+        sub = _sub_training(values, job)
+        sets = (_setting(values, m, "train_datasets") or [_setting(values, m, "train_dataset")])
+        if sets == [None]:  # a job whose hashes leave the dataset to its data input (densephrases.qs)
+            sets = [r.dataset for r in job.inputs.values() if r.kind == "data"] or [None]
         counts = [_records(cfg, ds, "train") for ds in sets]
         ds = ", ".join(str(d) for d in sets)
         n = None if None in counts else sum(counts)
-        batch = _setting(values, m, "batch_size")
+        batch = sub.get("batch_size", _setting(values, m, "batch_size"))
         if n is None or not batch:
             return None, f"no train record count for {ds}"
-        if _setting(values, m, "max_train_questions"):
-            n = min(n, int(_setting(values, m, "max_train_questions")))
-        per = int(batch) * int(_setting(values, m, "grad_accum", 1) or 1)
-        epochs = int(_setting(values, m, "epochs", 1) or 1)
-        return float(epochs * math.ceil(n / per)), f"{epochs} epochs x ceil({n:,} / {per})"
+        for cap in (_setting(values, m, "max_train_questions"), sub.get("max_train_questions")):
+            n = min(n, int(cap)) if cap else n
+        per = int(batch) * int(sub.get("grad_accum", _setting(values, m, "grad_accum", 1)) or 1)
+        epochs = int(sub.get("epochs", _setting(values, m, "epochs", 1)) or 1)
+        how = f"{epochs} epochs x ceil({n:,} / {per})"
+        if sub:
+            how += (f" (methods.{m}.{job.id.split('.', 1)[1]}: every training question counted; it steps over "
+                    f"those whose gold is in their top k, fewer: an upper bound on its steps)")
+        return float(epochs * math.ceil(n / per)), how
     if job.stage == "index":
         n = _documents(cfg, job.dataset)
         return (n / 1000, f"{n:,} documents") if n else (None, f"no document count for {job.dataset}")

@@ -3,6 +3,7 @@ models' shapes, ``config:`` sources build them with random weights, and their of
 have the configurations' vocabulary sizes."""
 from __future__ import annotations
 
+import math
 
 import pytest
 
@@ -1162,3 +1163,54 @@ def test_the_hard_negatives_and_the_decontamination_are_priced_per_query(tmp_pat
     rec = cost.record("search", {"queries": 32}, 3.2)
     assert "pricing" not in rec and rec["seconds_per_unit"] == 0.1
     cost.allow_fallbacks(False)
+
+
+def test_a_jobs_host_peak_counts_the_child_process_it_timed_in(tmp_path):
+    """A measure job times each system in a fresh process (densephrases.measure._in_child); the job's
+    peak must count that child, or the estimate books the job the parent's memory alone. Run in a
+    fresh interpreter: this test process's own earlier children would count too."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, multiprocessing as mp\n"
+        "from harness import cost\n"
+        "def hold(n):\n"
+        "    b = bytearray(n)\n"
+        "    for i in range(0, n, 4096): b[i] = 1\n"
+        "    return len(b)\n"
+        "if __name__ == '__main__':\n"
+        "    before = cost.peaks()\n"
+        "    with mp.get_context('spawn').Pool(1) as pool:\n"
+        "        pool.apply(hold, (400 * 2**20,))\n"
+        "    print(json.dumps([before, cost.peaks()]))\n")
+    script = tmp_path / "job.py"   # a file, not -c: a spawned child imports its function from it
+    script.write_text(code)
+    import os
+    from pathlib import Path
+
+    import harness
+    env = {**os.environ, "PYTHONPATH": str(Path(harness.__file__).resolve().parents[1])}  # this checkout's harness
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True, timeout=300,
+                         env=env)
+    before, after = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "host_children_peak_bytes" not in before
+    assert after["host_children_peak_bytes"] >= 400 * 2**20     # the child held 400 MiB
+    assert after["host_self_peak_bytes"] < 400 * 2**20          # the parent never did
+    assert after["host_peak_bytes"] == after["host_self_peak_bytes"] + after["host_children_peak_bytes"]
+
+
+def test_query_side_fine_tuning_is_counted_in_its_own_epochs_and_batches():
+    """densephrases.qs trains with methods.densephrases.qs (10 epochs of batch 12 in the paper profile)
+    over NQ's training questions, its data input: counted as such, not 'no train record count'."""
+    from harness import estimate, plan
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    units, how = estimate.paper_units(paper, plan.get(paper).job("train", "densephrases.qs", None))
+    assert units == 10 * math.ceil(58880 / 12) and how.startswith("10 epochs x ceil(58,880 / 12)")
+    assert "an upper bound on its steps" in how
+    # the method's own training keeps its section's epochs and batch (4 epochs, 84 a batch)
+    units, how = estimate.paper_units(paper, plan.get(paper).job("train", "densephrases", None))
+    assert how.startswith("4 epochs x ceil(") and "upper bound" not in how

@@ -135,6 +135,7 @@ def train_qs(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, 
     for item in best_dir.iterdir():
         shutil.move(str(item), str(out / item.name))
     best_dir.rmdir()
-    return {"history": history, "best_epoch": best["epoch"], "best_dev_em": best["em"],
+    return {"history": history, "steps": sum(h.get("steps", 0) for h in history),  # its cost's units
+            "best_epoch": best["epoch"], "best_dev_em": best["em"],
             "train_questions": len(questions), "dev_questions": len(dev), "top_k": int(q["top_k"]),
             "index": idx.spec, "loss": q["loss"]}
