@@ -1197,7 +1197,8 @@ def test_a_jobs_host_peak_counts_the_child_process_it_timed_in(tmp_path):
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
     assert "host_children_peak_bytes" not in before
     assert after["host_children_peak_bytes"] >= 400 * 2**20     # the child held 400 MiB
-    assert after["host_self_peak_bytes"] < 400 * 2**20          # the parent never did
+    # (not 'the parent held less': Linux keeps the forking process's peak in an exec'd child's, so the
+    # parent here starts at this test process's size)
     assert after["host_peak_bytes"] == after["host_self_peak_bytes"] + after["host_children_peak_bytes"]
 
 
