@@ -1167,39 +1167,45 @@ def test_the_hard_negatives_and_the_decontamination_are_priced_per_query(tmp_pat
 
 def test_a_jobs_host_peak_counts_the_child_process_it_timed_in(tmp_path):
     """A measure job times each system in a fresh process (densephrases.measure._in_child); the job's
-    peak must count that child, or the estimate books the job the parent's memory alone. Run in a
-    fresh interpreter: this test process's own earlier children would count too."""
+    peak must count that child's own, or the estimate books the job the parent's memory alone. And the
+    child's own peak is its own: a fresh process's ``ru_maxrss`` starts at its parent's peak (a child
+    holding nothing, spawned by a parent that held 300 MiB, reported 300 MiB). Run in a fresh
+    interpreter from a file: the spawned children import their function from it."""
     import json
+    import os
     import subprocess
     import sys
-
-    code = (
-        "import json, multiprocessing as mp\n"
-        "from harness import cost\n"
-        "def hold(n):\n"
-        "    b = bytearray(n)\n"
-        "    for i in range(0, n, 4096): b[i] = 1\n"
-        "    return len(b)\n"
-        "if __name__ == '__main__':\n"
-        "    before = cost.peaks()\n"
-        "    with mp.get_context('spawn').Pool(1) as pool:\n"
-        "        pool.apply(hold, (400 * 2**20,))\n"
-        "    print(json.dumps([before, cost.peaks()]))\n")
-    script = tmp_path / "job.py"   # a file, not -c: a spawned child imports its function from it
-    script.write_text(code)
-    import os
     from pathlib import Path
 
     import harness
+
+    code = (
+        "import json\n"
+        "from harness import cost\n"
+        "from harness.methods.densephrases.measure import _in_child\n"
+        "def hold(cfg, n):\n"
+        "    b = bytearray(n)\n"
+        "    for i in range(0, n, 4096): b[i] = 1\n"
+        "    return {'held': len(b)}\n"
+        "if __name__ == '__main__':\n"
+        "    cost.allow_fallbacks(False)\n"
+        "    parent = bytearray(300 * 2**20)\n"
+        "    for i in range(0, len(parent), 4096): parent[i] = 1\n"
+        "    before = cost.peaks()\n"
+        "    small = _in_child(hold, {}, 0)\n"
+        "    big = _in_child(hold, {}, 400 * 2**20)\n"
+        "    print(json.dumps([before, small['peak_rss'], big['peak_rss'], cost.peaks()]))\n")
+    script = tmp_path / "job.py"
+    script.write_text(code)
     env = {**os.environ, "PYTHONPATH": str(Path(harness.__file__).resolve().parents[1])}  # this checkout's harness
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True, timeout=300,
                          env=env)
-    before, after = json.loads(out.stdout.strip().splitlines()[-1])
+    before, small, big, after = json.loads(out.stdout.strip().splitlines()[-1])
     assert "host_children_peak_bytes" not in before
-    assert after["host_children_peak_bytes"] >= 400 * 2**20     # the child held 400 MiB
-    # (not 'the parent held less': Linux keeps the forking process's peak in an exec'd child's, so the
-    # parent here starts at this test process's size)
-    assert after["host_peak_bytes"] == after["host_self_peak_bytes"] + after["host_children_peak_bytes"]
+    assert before["host_peak_bytes"] >= 300 * 2**20                 # the parent's 300 MiB
+    assert small < 300 * 2**20 <= 400 * 2**20 <= big                 # each child's own: not the parent's
+    assert after["host_children_peak_bytes"] == big                   # the largest child
+    assert after["host_peak_bytes"] == after["host_self_peak_bytes"] + big
 
 
 def test_query_side_fine_tuning_is_counted_in_its_own_epochs_and_batches():

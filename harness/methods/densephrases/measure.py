@@ -86,14 +86,6 @@ def measure_rc(ctx: Context, job: Job, inputs: Mapping[str, Path], out: Path) ->
     return {}
 
 
-def _peak_rss_bytes() -> int:
-    import resource
-    import sys
-
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(r if sys.platform == "darwin" else r * 1024)
-
-
 def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int) -> dict[str, Any]:
     """Run in a fresh process (peak RAM of one system alone): load, time with densephrases-qps."""
     from harness.timing import PROTOCOLS, run_protocol
@@ -132,7 +124,7 @@ def _time_child(cfg: dict, kind: str, paths: dict, questions: list[str], k: int)
 
     res = run_protocol(protocol, questions, encode=enc, search=srch, k=k, device="cpu")
     secs = res.samples["encode+search"]
-    return {"timing": res.to_dict(), "peak_rss": _peak_rss_bytes(), "settings_read": sorted(reads),
+    return {"timing": res.to_dict(), "settings_read": sorted(reads),
             "qps": res.queries / max(1e-12, sum(secs)),
             # one timed call per batch (the protocol's repeats is 1): queries and seconds batch by batch
             "batches": (res.batch_sizes, secs) if len(secs) == len(res.batch_sizes) and sum(secs) > 0 else None}
@@ -151,7 +143,8 @@ def _child(fn, cfg: dict, *args) -> dict[str, Any]:
     from harness import cost
 
     cost.allow_fallbacks(bool(cfg.get("device_fallback", False)))
-    return {**fn(cfg, *args), "fallbacks": cost.fallbacks()}
+    out = fn(cfg, *args)
+    return {**out, "fallbacks": cost.fallbacks(), "peak_rss": cost.own_peak_bytes()}  # this process's alone
 
 
 def _in_child(fn, cfg, *args):
@@ -166,6 +159,7 @@ def _in_child(fn, cfg, *args):
         out = pool.apply(_child, (fn, snapshot(cfg), *args))
     for taken in out.pop("fallbacks", []):   # recorded in the job's meta.json as the parent's own
         cost.fallback(taken)
+    cost.child_peak(out["peak_rss"])         # the job's peak counts the child's
     if isinstance(cfg, RecordingDict):
         cfg._reads.update(out.pop("settings_read", []))
     return out
