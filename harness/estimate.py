@@ -59,12 +59,13 @@ def _setting(values: Mapping[str, Any], method: str, key: str, default: Any = No
     return values.get(f"methods.{method}.{key}", values.get(f"{method}.{key}", default))
 
 
-def _sub_training(values: Mapping[str, Any], job: Any) -> Mapping[str, Any]:
-    """The settings of a second training a job's id names inside its method's section (densephrases.qs:
-    ``methods.densephrases.qs``, its epochs and batch size), or {} for a method's own training."""
+def _sub_training(values: Mapping[str, Any], job: Any) -> tuple[str | None, Mapping[str, Any]]:
+    """(name, settings) of a second training a job's id names inside its method's section (densephrases.qs:
+    ``methods.densephrases.qs``, its epochs and batch size), or (None, {}) for a method's own training."""
     head, _, tail = job.id.partition(".")
     node = _setting(values, job.method, tail) if head == job.method and tail else None
-    return node if isinstance(node, Mapping) and ("epochs" in node or "batch_size" in node) else {}
+    found = isinstance(node, Mapping) and ("epochs" in node or "batch_size" in node)
+    return (tail, node) if found else (None, {})
 
 
 def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
@@ -85,8 +86,8 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
             return float(sum(st["steps"] for st in _setting(values, m, "schedule"))), "the schedule's steps"
         if _setting(values, m, "max_steps"):
             return float(_setting(values, m, "max_steps")), "max_steps"
-        sub = _sub_training(values, job)
-        sets = (_setting(values, m, "train_datasets") or [_setting(values, m, "train_dataset")])
+        name, sub = _sub_training(values, job)
+        sets = _setting(values, m, "train_datasets") or [_setting(values, m, "train_dataset")]
         if sets == [None]:  # a job whose hashes leave the dataset to its data input (densephrases.qs)
             sets = [r.dataset for r in job.inputs.values() if r.kind == "data"] or [None]
         counts = [_records(cfg, ds, "train") for ds in sets]
@@ -101,7 +102,7 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
         epochs = int(sub.get("epochs", _setting(values, m, "epochs", 1)) or 1)
         how = f"{epochs} epochs x ceil({n:,} / {per})"
         if sub:
-            how += (f" (methods.{m}.{job.id.split('.', 1)[1]}: every training question counted; it steps over "
+            how += (f" (methods.{m}.{name}: every training question counted; it steps over "
                     f"those whose gold is in their top k, fewer: an upper bound on its steps)")
         return float(epochs * math.ceil(n / per)), how
     if job.stage == "index":
