@@ -306,7 +306,8 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
 
     p = plan.get(cfg)
     found: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
-    local = measured_jobs(root) if Path(root).is_dir() else []
+    local = with_code(measured_jobs(root) if Path(root).is_dir() else [], step_of(p))
+    ledger_records = with_code(ledger_records, step_of(p))
     for d in local:
         key = job_key(d)
         d = {**d, "_source": f"{root} (this machine)",
@@ -357,6 +358,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
                        + f": the same step on the same encoder shape, {differs})")
         row["borrowed_from"] = base
         row.pop("stale", None)  # said of the job measured, in its own row
+        row.pop("older_code", None)
         rows.append(row)
     # a variant on another backbone (LightRetriever's other LLMs): the measured job's seconds x the
     # ratio of the backbones' matmul parameters (forward FLOPs per token), said in the row
@@ -376,6 +378,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
                        + f": {why}; not measured, memory and disk not projected)")
         row.update(borrowed_from=base, scaled_by=round(ratio, 4), host_peak_gib=None, disk_gib=None)
         row.pop("stale", None)
+        row.pop("older_code", None)
         rows.append(row)
     _index_held(p, rows)
     return rows
@@ -565,10 +568,12 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     (``now``: today's rehearsal config hash of the job measured, to say where it is stale; ``prefer``:
     the reference machine)."""
     from harness import ledger
+    from harness.methods.code import code_id, code_paths
     from harness.workflow import booked_mem_mb
 
     stage = job.stage
-    d = ledger.pick(cands, bool(job.gpu), now, prefer)
+    code = code_id(str(stage), job.method, job.step)   # today's code of the job's step (ledger.pick prefers it)
+    d = ledger.pick(cands, bool(job.gpu), now, prefer, code)
     row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"))
     if row["hardware"] == "cpu":
         row["hardware"] = ledger_machine(d)
@@ -591,6 +596,11 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     if now is not None and d.get("config_hash") and d["config_hash"] != now:
         row["stale"] = (f"measured with other settings than today's rehearsal (config hash {str(d['config_hash'])[:10]}, "
                         f"now {now[:10]}: the job's or an input's settings changed since)")
+    ran = ledger.code_of(d)
+    if code is not None and ran != code:
+        row["older_code"] = (f"measured on other code than today's ({', '.join(code_paths(str(stage), job.method, job.step))} "
+                             + (f"changed since commit {str(d.get('git_commit'))[:7]}" if ran else "at a commit this clone lacks")
+                             + ")")
     row["booked_gib"] = round(booked_mem_mb(cfg, job) / 1024, 2)  # what the workflow's resources book
     return row
 
@@ -600,8 +610,12 @@ def machine_ratios(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
     settings (same job, dataset and config hash; each machine's newest record): the median, lowest and
     highest ratio of seconds a unit (the first machine's over the second's, the first the slower). The
     estimate adds up rows measured on different machines; this says how far apart those machines are.
-    Measured on different days on shared machines: a spread, not a benchmark."""
+    Measured on different days on shared machines: a spread, not a benchmark; ``same_code``: the jobs
+    of the pair that also ran the same code (:func:`harness.ledger.code_of`), the others' code changed
+    between the two measurements."""
     import statistics
+
+    from harness import ledger
 
     newest: dict[tuple, dict[str, Mapping[str, Any]]] = {}
     for d in records:
@@ -618,25 +632,30 @@ def machine_ratios(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 r = float(per[a]["cost"]["seconds_per_unit"]) / float(per[b]["cost"]["seconds_per_unit"])
-                pairs.setdefault((a, b), []).append((r, f"{stage} {job_id}" + (f" on {dataset}" if dataset else "")))
+                same = ledger.code_of(per[a]) is not None and ledger.code_of(per[a]) == ledger.code_of(per[b])
+                pairs.setdefault((a, b), []).append((r, f"{stage} {job_id}" + (f" on {dataset}" if dataset else ""), same))
     out = []
     for (a, b), rs in sorted(pairs.items()):
-        med = statistics.median(r for r, _ in rs)
+        med = statistics.median(r for r, _, _ in rs)
         if med < 1:   # the slower machine first
-            a, b, rs, med = b, a, [(1 / r, j) for r, j in rs], 1 / med
-        out.append({"slower": a, "faster": b, "median": med, "low": min(r for r, _ in rs),
-                    "high": max(r for r, _ in rs), "jobs": sorted(j for _, j in rs)})
+            a, b, rs, med = b, a, [(1 / r, j, c) for r, j, c in rs], 1 / med
+        out.append({"slower": a, "faster": b, "median": med, "low": min(r for r, _, _ in rs),
+                    "high": max(r for r, _, _ in rs), "jobs": sorted(j for _, j, _ in rs),
+                    "same_code": sorted(j for _, j, c in rs if c)})
     return out
 
 
-def every_measurement(root: Any, ledger_records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def every_measurement(root: Any, ledger_records: Iterable[Mapping[str, Any]], cfg: Mapping[str, Any] | None = None
+                      ) -> list[dict[str, Any]]:
     """The measured jobs :func:`estimate` chooses from: this machine's under ``root`` (where it exists),
-    then the ledgers' (:func:`harness.ledger.measurements`); what :func:`machine_lines` compares."""
+    then the ledgers' (:func:`harness.ledger.measurements`); what :func:`machine_lines` compares. With the
+    profile ``cfg``, each with the code it ran (:func:`harness.ledger.with_code`)."""
     from pathlib import Path
 
-    from harness import ledger
+    from harness import ledger, plan
 
-    return (measured_jobs(root) if Path(root).is_dir() else []) + ledger.measurements(ledger_records)
+    found = (measured_jobs(root) if Path(root).is_dir() else []) + ledger.measurements(ledger_records)
+    return found if cfg is None else with_code(found, step_of(plan.get(cfg)))
 
 
 def machine_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -650,10 +669,11 @@ def machine_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
         return []
     ref = ledger.reference_machine(records)
     lines = [f"measured on {len(machines)} machines: each job is projected from {ref} (which measured the most "
-             f"jobs) where it ran there with today's settings, else from the machine that did (the hardware column)"]
+             f"jobs) where it ran there with today's settings and method code, else from the machine that did (the hardware column)"]
     return lines + [f"the same job on two machines: {r['slower']} took {r['median']:.2f}x the time a unit of "
                     f"{r['faster']} (median of {len(r['jobs'])} job(s) with the same settings, {r['low']:.2f}x to "
-                    f"{r['high']:.2f}x; measured on different days on shared machines); the totals add up rows "
+                    f"{r['high']:.2f}x; {len(r['same_code'])} of them on the same code, the others' changed between "
+                    f"the two; measured on different days on shared machines); the totals add up rows "
                     f"measured on either, each row names its machine" for r in machine_ratios(records)]
 
 
@@ -679,6 +699,39 @@ def _index_held(p: Any, rows: list[dict[str, Any]]) -> None:
         if r["stage"] == "index":
             sizes.append(r.get("disk_gib"))
         r["index_gib"] = sum(sizes) if sizes and None not in sizes else None
+
+
+def with_code(records: Iterable[Mapping[str, Any]], step_of: Any) -> list[dict[str, Any]]:
+    """``records`` each with its ``code`` (:func:`harness.methods.code.code_id`), read from git at its
+    commit where the record has none (a meta.json or ledger line older than the field; a commit marked
+    +dirty read as committed); ``step_of((stage, job, dataset))``: the step the job runs (None where
+    unknown: the record stays without)."""
+    from harness.methods.code import code_id
+
+    out = []
+    for r in records:
+        r = dict(r)
+        commit = str(r.get("git_commit") or "")
+        if not r.get("code") and "failure" not in r and commit and commit != "unknown":
+            step = step_of(job_key(r))
+            code = code_id(job_key(r)[0], r.get("method"), step, commit) if step else None
+            if code:
+                r["code"] = code
+        out.append(r)
+    return out
+
+
+def step_of(p: Any) -> Any:
+    """(stage, job, dataset) -> the step the job of plan ``p`` runs, None where the plan has no such job
+    (:func:`harness.ledger.with_code`)."""
+    from harness.errors import ConfigError
+
+    def step(key: tuple[str, str, str | None]) -> str | None:
+        try:
+            return p.job(*key).step
+        except ConfigError:
+            return None
+    return step
 
 
 def _rehearsal_hashes(keys: list[tuple[str, str, str | None]]) -> dict[tuple[str, str, str | None], str]:
@@ -887,7 +940,7 @@ def main(argv: list[str]) -> int:
 
     import pandas as pd
 
-    from harness import ledger
+    from harness import ledger, plan
     from harness.config import add_config_argument, load_config
     from harness.errors import ConfigError, DataError
 
@@ -913,6 +966,7 @@ def main(argv: list[str]) -> int:
                             fix="run rehearsal jobs first (see --help of python -m harness estimate)")
         skipped: list[str] = []
         hashes = _rehearsal_hashes([job_key(d) for d in jobs])
+        jobs = with_code(jobs, step_of(plan.get(cfg)))   # a meta.json older than its code field: from git
         for path, n in ledger.record(root, args.ledger, hashes, skipped, jobs=jobs, failed=failed).items():
             print(f"{path}: {n['jobs']} measured job(s), {n['failures']} failure(s)")
         if skipped:
@@ -948,6 +1002,11 @@ def main(argv: list[str]) -> int:
     if len(stale):
         print(f"{len(stale)} job(s) measured with other settings than today's rehearsal (rerun and --record them): "
               + ", ".join(f"{r.stage} {r.job}" + (f" on {r.dataset}" if r.dataset else "") for r in stale.itertuples()))
+    older = own[own["older_code"].notna()] if "older_code" in own else own.iloc[:0]
+    if len(older):
+        print(f"{len(older)} job(s) projected from a record of other code than today's, none measured on today's "
+              "(rerun and --record them; a change may or may not move the cost): "
+              + ", ".join(f"{r.stage} {r.job}" + (f" on {r.dataset}" if r.dataset else "") for r in older.itertuples()))
     failed = ledger.every_failure(root, records)
     if failed:
         print(f"\n{len(failed)} job(s) of the rehearsal failed or did not finish (from their logs):")
@@ -960,6 +1019,6 @@ def main(argv: list[str]) -> int:
           f" pricing whole: a job's start-up (imports, JVM, model load) is priced per unit too, so small slices"
           f" over-project):")
     for line in (summary(totals(rows, args.gpus)) + schedule_lines(schedule(cfg, rows, args.gpus))
-                 + machine_lines(every_measurement(root, records))):
+                 + machine_lines(every_measurement(root, records, cfg))):
         print(f"  {line}")
     return 0

@@ -11,7 +11,8 @@ finish, with its log's one-line cause. ``python -m harness estimate --record`` w
 the machine it runs on from ``results/rehearsal``: a job measured again replaces its line, a job
 that now succeeded drops its failure. Reading picks, per job, the record to project from
 (:func:`pick`): one measured on a GPU for a job the profile books a GPU for, then one whose settings
-are today's rehearsal's (its ``config_hash``), then the newest. Each projected row names its source
+are today's rehearsal's (its ``config_hash``), then one of today's code of the job's step (its ``code``:
+:func:`harness.methods.code.code_id`), then the reference machine's, then the newest. Each projected row names its source
 (the file, the commit, the date) and says where the job's settings changed since it was measured.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from harness.job import Stage
 LEDGER_DIR = Path("configs/costs")
 #: the meta.json fields a ledger line keeps (what harness.estimate reads, and the provenance)
 KEPT = ("kind", "job", "method", "dataset", "config_hash", "git_commit", "created", "versions", "hardware", "bytes",
-        "documents", "cost", "config_values", "fallbacks", "grad_cache_chunk", "spec", "fixed_bytes")
+        "documents", "cost", "config_values", "fallbacks", "grad_cache_chunk", "spec", "fixed_bytes", "code")
 
 
 def slug(hw: Mapping[str, Any]) -> str:
@@ -260,16 +261,27 @@ def reference_machine(records: Iterable[Mapping[str, Any]]) -> str | None:
     return min(jobs, key=lambda m: (-len(jobs[m]), m)) if jobs else None
 
 
+def code_of(r: Mapping[str, Any]) -> str | None:
+    """The digest of the method code a measured job ran (:func:`harness.methods.code.code_id`), as its
+    record says (written when the job ran; for the records older than the field, read from git at their
+    commit by :func:`harness.estimate.with_code`); None where it does not."""
+    return str(r["code"]) if r.get("code") else None
+
+
 def pick(candidates: list[Mapping[str, Any]], gpu_job: bool, current_hash: str | None,
-         prefer: str | None = None) -> Mapping[str, Any]:
+         prefer: str | None = None, code: str | None = None) -> Mapping[str, Any]:
     """The record to project a job from: measured on a GPU where the profile books one, then with
-    today's rehearsal settings (``current_hash``), then on the ``prefer`` machine (the estimate's
-    :func:`reference_machine`: machines two cores alike differ 1.7x a unit), then the newest; a tie goes
-    to the first (this machine's results come before the ledgers)."""
+    today's rehearsal settings (``current_hash``), then with today's code of its step (``code``:
+    :func:`harness.methods.code.code_id`; a record older than a change to the method's code measured other
+    code, e.g. VDR's training before its corpus was read by id: 2.4x the seconds a step), then on the
+    ``prefer`` machine (the estimate's :func:`reference_machine`: machines two cores alike differ
+    1.4-1.7x a unit), then the newest; a tie goes to the first (this machine's results come before the
+    ledgers)."""
     def rank(ir):
         i, r = ir
         used_gpu = (r.get("cost") or {}).get("gpu_peak_bytes") is not None
         return (used_gpu or not gpu_job, current_hash is not None and r.get("config_hash") == current_hash,
+                code is not None and code_of(r) == code,
                 prefer is not None and machine(r) == prefer, str(r.get("created") or ""), -i)
 
     return max(enumerate(candidates), key=rank)[1]

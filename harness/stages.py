@@ -44,6 +44,7 @@ def run_stage(stage: str, argv: list[str]) -> int:
     numerics.apply(mode)  # before numpy, torch and faiss load (load_config imports them)
     from harness import plan as hplan
     from harness.meta import write_meta
+    from harness.methods.code import code_id
     from harness.methods.base import Context, sub_batch_key
 
     cfg = load_config(args.config)
@@ -77,6 +78,7 @@ def run_stage(stage: str, argv: list[str]) -> int:
         write_meta(tmp, Stage(stage).artifact, spec=info.pop("spec", job.id), config_hash=p.hash(job),
                    seconds=time.perf_counter() - t0,
                    extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
+                          "code": code_id(str(stage), job.method, job.step),   # the method's source as it ran (harness.ledger.pick)
                           "config_values": p.values(job), "input_hashes": p.input_hashes(job),
                           "inputs": {r: str(v) for r, v in inputs.items()}, "numerics": numerics.describe(mode),
                           "settings_read": sorted(reads), "settings_unhashed": unhashed,
@@ -165,6 +167,7 @@ def negatives(argv: list[str]) -> int:
     inputs = {r: hplan.check_input(p, r, ref) for r, ref in job.inputs.items()}
     from harness import cost
     from harness.meta import provenance
+    from harness.methods.code import code_id
 
     cost.allow_fallbacks(False)
     t0 = time.perf_counter()
@@ -173,6 +176,7 @@ def negatives(argv: list[str]) -> int:
     seconds = time.perf_counter() - t0
     # its cost per training question (python -m harness estimate), with the meta.json a stage job's has
     write_json(Path(f"{args.out}.meta.json"), {"kind": "negatives", "job": job.id, "method": job.method,
+                                                 "code": code_id("negatives", job.method, job.step),
                                                  "dataset": args.dataset, "config_hash": p.hash(job),
                                                  "config_values": p.values(job),
                                                  "inputs": {r: str(v) for r, v in inputs.items()},

@@ -391,10 +391,11 @@ def _takes_options(fn: Callable[..., Any]) -> bool:
 
 def run(cfg: Mapping[str, Any], name: str, dataset: str, queries: Sequence[str], *,
         build_index: Callable[..., dict[str, Any]], searcher: Any, protocol: Protocol, repeats: int,
-        max_queries: int | None) -> dict[str, Any]:
-    """Index build (``build_index(out_folder)``, repeated into temporary folders; its own
-    ``build_seconds`` when it reports one) and search (``searcher.encode`` / ``searcher.search``)
-    of one system timed with ``protocol`` (run_protocol, time_build). The callables are told the
+        max_queries: int | None, index_repeats: int | None = None) -> dict[str, Any]:
+    """Index build (``build_index(out_folder)``, repeated ``index_repeats`` times (``repeats`` unless
+    given) into temporary folders; its own ``build_seconds`` when it reports one) and search
+    (``searcher.encode`` / ``searcher.search``) of one system timed with ``protocol`` (run_protocol,
+    time_build). The callables are told the
     device and dtype only when they take ``options``; otherwise they run where they loaded (the
     CPU) and that is noted."""
     requested = cfg["timing"]["device"]
@@ -409,7 +410,8 @@ def run(cfg: Mapping[str, Any], name: str, dataset: str, queries: Sequence[str],
             raise
         return tmp, info
 
-    index = time_build(protocol, build, device=requested if build_hooks else "cpu", repeats=repeats,
+    index = time_build(protocol, build, device=requested if build_hooks else "cpu",
+                       repeats=repeats if index_repeats is None else index_repeats,
                        after=lambda out: shutil.rmtree(out[0], ignore_errors=True),
                        own_seconds=lambda out: (out[1] or {}).get("build_seconds"))
     hooks = _takes_options(searcher.encode) and _takes_options(searcher.search)
@@ -433,6 +435,7 @@ def run(cfg: Mapping[str, Any], name: str, dataset: str, queries: Sequence[str],
     return {
         "protocol": res.protocol,
         "repeats": res.repeats,
+        "index_repeats": len(index.samples[INDEX]),
         "method": name,
         "dataset": dataset,
         "device": res.device,

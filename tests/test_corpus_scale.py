@@ -127,6 +127,12 @@ def test_fit_centroids_uses_every_sampled_vector_filled_in_place(tmp_path, monke
     s3 = {**s, "kmeans": {**s["kmeans"], "clusters": 1}}   # 400 points for one centroid: the cap follows
     assert qkm.fit_centroids(cfg, s3, {"data": data}, out)["max_points_per_centroid"] == 400
     assert got["max_points_per_centroid"] == 400 and got["gpu"] is False
+    # a sample larger than the corpus (the rehearsal's slice under the paper's 50M tokens): the array is
+    # sized by the corpus (120 passages x p_max_len), not by the sample, which no machine could allocate
+    s4 = {**s, "kmeans": {**s["kmeans"], "clusters": 2, "sample_tokens": 10**13}}
+    info = qkm.fit_centroids(cfg, s4, {"data": data}, out)
+    np.testing.assert_array_equal(got["x"], np.concatenate(vecs))
+    assert info["tokens"] == sum(len(v) for v in vecs) <= 120 * s["p_max_len"]
 
 
 def test_words_index_streams_codes_and_words_in_corpus_order(tmp_path, monkeypatch):

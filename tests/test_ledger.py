@@ -221,3 +221,96 @@ def test_machine_ratios_compare_the_same_jobs_per_unit_costs_on_two_machines():
     [g] = estimate.machine_ratios([rec("dpr", GPU, 0.5, gpu="NVIDIA H200"), rec("dpr", fast, 10.0)])
     assert (g["slower"], g["faster"], g["median"]) == ("Intel(R) Xeon(R) Processor (AVX-512, 2 cores)", "NVIDIA H200", 20.0)
     assert estimate.machine_lines([rec("dpr", CPU, 20.0)]) == []
+
+
+def _git(repo, *args):
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_code_id_is_the_steps_own_modules_at_a_commit_or_as_they_are_now(tmp_path, monkeypatch):
+    """A job's code digest (harness.methods.code.code_id) covers the method modules its step runs, followed
+    through their imports (DPR's train step: dpr.py and base.py), read from git at a record's commit or
+    from the working tree; a change to one of those files changes it, a change elsewhere does not."""
+    from harness.methods import code as mc
+
+    repo = tmp_path / "repo"
+    methods = repo / "harness" / "methods"
+    methods.mkdir(parents=True)
+    (methods / "base.py").write_text("X = 1\n")
+    (methods / "dpr.py").write_text("from harness.methods.base import X\n")
+    (methods / "bm25.py").write_text("Y = 2\n")
+    _git(tmp_path, "init", "-q", str(repo))
+    for k, v in (("user.email", "t@example.org"), ("user.name", "t")):
+        _git(repo, "config", k, v)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    first = _git(repo, "rev-parse", "HEAD")
+    monkeypatch.setattr(mc, "REPO", repo)
+    mc.code_id.cache_clear()
+    assert mc.code_paths("train", "dpr", "train_step") == ("harness/methods/base.py", "harness/methods/dpr.py")
+    assert mc.code_paths("negatives", "bm25", "mine") == ("harness/negatives.py",)
+    assert mc.code_paths("train", "a-plugin", "train_step") == ()
+    now = mc.code_id("train", "dpr", "train_step")
+    assert now is not None and now == mc.code_id("train", "dpr", "train_step", first)
+    assert mc.code_id("train", "dpr", "train_step", first + "+dirty") == now   # read as committed
+    (methods / "bm25.py").write_text("Y = 3\n")        # not DPR's code
+    _git(repo, "commit", "-qam", "two")
+    second = _git(repo, "rev-parse", "HEAD")
+    assert mc.code_id("train", "dpr", "train_step", second) == now
+    (methods / "base.py").write_text("X = 2\n")        # imported by dpr.py: DPR's code
+    _git(repo, "commit", "-qam", "three")
+    third = _git(repo, "rev-parse", "HEAD")
+    mc.code_id.cache_clear()
+    assert mc.code_id("train", "dpr", "train_step", third) == mc.code_id("train", "dpr", "train_step") != now
+    assert mc.code_id("train", "dpr", "train_step", "0" * 40) is None   # a commit this clone lacks
+    mc.code_id.cache_clear()
+
+
+def test_pick_prefers_a_record_of_todays_code_before_the_reference_machine():
+    """VDR's training measured on the reference machine before its corpus was read by id took 2.4x the
+    seconds a step of today's code on another machine: a record of today's code (harness.meta.code_id)
+    comes before the reference machine's, after today's settings; a record without a code (and no git
+    commit to read it from) counts as other code."""
+    xeon = {**CPU, "cpu": "Intel(R) Xeon(R) Processor", "simd": "AVX-512"}
+    old = {"hardware": xeon, "cost": {}, "created": "2026-12-02", "config_hash": "h1", "kind": "model", "job": "vdr",
+           "code": "aaaa"}
+    new = {"hardware": CPU, "cost": {}, "created": "2026-12-04", "config_hash": "h1", "kind": "model", "job": "vdr",
+           "code": "bbbb"}
+    ref = ledger.machine(old)
+    assert ledger.pick([new, old], gpu_job=False, current_hash="h1", prefer=ref) is old
+    assert ledger.pick([new, old], gpu_job=False, current_hash="h1", prefer=ref, code="bbbb") is new
+    assert ledger.pick([new, old], gpu_job=False, current_hash="h1", prefer=ref, code="aaaa") is old
+    assert ledger.pick([{**new, "config_hash": "h0"}, old], gpu_job=False, current_hash="h1", prefer=ref,
+                       code="bbbb") is old   # today's settings first
+    bare = {k: v for k, v in new.items() if k != "code"}
+    assert ledger.code_of(bare) is None
+    assert ledger.pick([bare, old], gpu_job=False, current_hash="h1", prefer=ref, code="bbbb") is old
+    [filled] = estimate.with_code([bare], lambda key: "train_step")   # no commit to read it from
+    assert "code" not in filled
+    from harness.methods.code import code_id
+    head = code_id("train", "dpr", "train_step")
+    if head is not None:   # a record of HEAD's commit without the field: read from git (a clone holds HEAD)
+        import subprocess
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "harness/methods"], capture_output=True,
+                               text=True).stdout.strip()
+        [filled] = estimate.with_code([{**bare, "job": "dpr", "method": "dpr", "git_commit": sha}],
+                                      lambda key: "train_step")
+        assert dirty or filled["code"] == head
+
+
+def test_machine_ratios_say_how_many_pairs_ran_the_same_code():
+    fast = {**CPU, "cpu": "Intel(R) Xeon(R) Processor", "simd": "AVX-512"}
+
+    def rec(job, hw, spu, code):
+        return {"kind": "model", "job": job, "hardware": hw, "config_hash": "h", "created": "2026-12-01",
+                "cost": {"seconds_per_unit": spu}, "code": code}
+
+    [r] = estimate.machine_ratios([rec("dpr", CPU, 20.0, "c1"), rec("dpr", fast, 10.0, "c1"),
+                                   rec("vdr", CPU, 4.0, "c2"), rec("vdr", fast, 10.0, "c0")])
+    assert r["jobs"] == ["train dpr", "train vdr"] and r["same_code"] == ["train dpr"]
+    line = estimate.machine_lines([rec("dpr", CPU, 20.0, "c1"), rec("dpr", fast, 10.0, "c1"),
+                                   rec("vdr", CPU, 4.0, "c2"), rec("vdr", fast, 10.0, "c0")])[1]
+    assert "1 of them on the same code, the others' changed between the two" in line

@@ -138,3 +138,51 @@ def test_the_synthetic_index_refuses_a_size_beyond_the_machines_memory_naming_wh
     with pytest.raises(ResourceError, match=r"10,000,000 passages at density 1,024 need about 62\.0 GiB.*24\.0 GiB available"):
         syn._check_memory(int(s["passages"]), [256, 512, 1024], 256)
     syn._check_memory(3000, [16, 32], 16)  # a small one passes
+
+
+def test_baseline_rows_time_the_index_as_the_svdr_rows_do(tmp_path, monkeypatch):
+    """Table 2's BM25 and DPR rows build their index latency.index_repeats times over latency.corpus_sample's
+    first passages, scaled to the corpus (projected), as T(D) and E(D) of the SVDR rows are: the paper
+    profile (repeats: the protocol's 10, corpus_sample 1M) rebuilt NQ's 21M-passage BM25 and DPR indexes
+    ten times each before. Worked by hand: 2 s a build of 5 of 20 passages -> T(D) 8 s."""
+    from harness.datasets import Doc, Query, store
+    from harness.methods import bm25
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store.write_corpus(data, [Doc(f"d{i}", f"title {i}", f"text {i}") for i in range(20)])
+    store.write_queries(data, "test", [Query(f"q{i}", f"query {i}") for i in range(4)])
+    built: list[int] = []
+
+    def fake_build(ctx, job, inputs, out):
+        built.append(store.corpus_size(inputs["data"]))
+        return {"build_seconds": 2.0}
+
+    class FakeSearcher:
+        def __init__(self, *a, **k):
+            pass
+
+        def encode(self, texts):
+            return list(texts)
+
+        def search(self, texts, k):
+            return {str(i): [] for i in range(len(texts))}
+
+    monkeypatch.setattr(bm25, "build", fake_build)
+    monkeypatch.setattr(bm25, "Searcher", FakeSearcher)
+    cfg = load_config([], overrides={"results_dir": str(tmp_path / "r"), "timing": {"repeats": 3},
+                                     "methods": {"svdr": {"latency": {"baselines": ["bm25"], "index_repeats": 1,
+                                                                      "corpus_sample": 5}}}})
+    [path] = eff.latency_baselines(Context(cfg, "svdr", "smoke"), {"data": data, "bm25_index": tmp_path}, tmp_path / "o")
+    row = _load(path)
+    assert built == [5]   # once, over the sample
+    assert row["values"]["T_D"]["value"] == pytest.approx(8.0) and row["values"]["T_D"]["kind"] == "projected"
+    assert (row["timed_passages"], row["corpus_passages"], row["corpus_scale"], row["index_repeats"]) == (5, 20, 4.0, 1)
+    assert row["repeats"] == 3   # the searches keep the profile's repeats
+    # without a sample or index repeats: the whole corpus, the profile's repeats, as measured
+    cfg["methods"]["svdr"]["latency"] = {"baselines": ["bm25"]}
+    built.clear()
+    [path] = eff.latency_baselines(Context(cfg, "svdr", "smoke"), {"data": data, "bm25_index": tmp_path}, tmp_path / "o2")
+    row = _load(path)
+    assert built == [20, 20, 20] and row["values"]["T_D"]["value"] == pytest.approx(2.0)
+    assert "kind" not in row["values"]["T_D"] and row["corpus_scale"] == 1.0

@@ -545,13 +545,14 @@ class Site:
                         f"<td>{r['measured_seconds']:.1f}</td><td>{esc(r['how'])}</td><td class='projected'>{hours}</td>"
                         f"<td>{r['host_peak_gib']:.1f}</td><td>{gpu}</td><td class='projected'>{size}</td><td>{esc(r['hardware'])}</td>"
                         f"<td>{esc(r.get('fallbacks', ''))}</td><td>{esc(r['papers_own'])}</td>"
-                        f"<td>{esc(r['source'])}{'<br>' + esc(r['stale']) if r.get('stale') else ''}</td></tr>")
+                        f"<td>{esc(r['source'])}" + "".join(f"<br>{esc(r[k])}" for k in ("stale", "older_code") if r.get(k))
+                        + "</td></tr>")
         body.append("</table>")
         body.append("<ul class='projected'>" + "".join(f"<li>{esc(line)}</li>"
                                                        for line in estimate.summary(estimate.totals(rows, 8))
                                                        + estimate.schedule_lines(estimate.schedule(paper, rows, 8))
                                                        + estimate.machine_lines(
-                                                           estimate.every_measurement(root, records)))
+                                                           estimate.every_measurement(root, records, paper)))
                     + "</ul>")
         if failed:
             body.append(f"<h2>{len(failed)} rehearsal job(s) failed or did not finish</h2><ul>"

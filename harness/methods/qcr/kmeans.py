@@ -90,7 +90,8 @@ def fit_centroids(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[
     """faiss k-means over a seeded sample of the training corpus's token vectors (§4.4), every sampled
     vector used: faiss's default keeps 256 a centroid (8.2M of the paper's 50M at K = 32,000), so the
     cap is raised to the sample over K where that is more. The sample fills one preallocated array
-    (the paper's 50M x 768 float32 are 143 GiB, never held twice)."""
+    (the paper's 50M x 768 float32 are 143 GiB, never held twice), no larger than the corpus's passages
+    times p_max_len (the most word-pieces a passage gives)."""
     import faiss
 
     km = s["kmeans"]
@@ -99,7 +100,9 @@ def fit_centroids(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[
     docs = store.corpus_lookup(inputs["data"])   # passages read in the sample's order, as it fills
     rng = np.random.default_rng(cfg["seed"])
     order = rng.permutation(len(docs))
-    want = int(km["sample_tokens"])
+    # a passage gives at most p_max_len word-pieces: a corpus smaller than the sample (the rehearsal's
+    # slice: 2,067 passages, ~0.5M tokens) fills no more, so the array is not sized for 50M (143 GiB)
+    want = min(int(km["sample_tokens"]), len(docs) * int(s["p_max_len"]))
     x, n = None, 0
     texts = (f"{d.title} {d.text}" for d in map(docs.doc_at, order))
     for batch in iter_token_vectors(tok, enc, texts, int(s["p_max_len"]) + 2):   # batches of 64, as ever

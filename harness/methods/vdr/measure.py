@@ -362,65 +362,101 @@ def _gpu_search(emb, tindex, encoded, k, repeats, trim, factor) -> dict[str, flo
     return {x: _trimmed(v, trim) * factor for x, v in out.items()}
 
 
-def _baseline_timing(ctx: Context, name: str, inputs: Mapping[str, Path]) -> dict[str, Any]:
-    """Index build, E(q) and f(q,D) of BM25 or DPR timed with the profile's protocol (harness.timing)."""
+def _baseline_timing(ctx: Context, name: str, inputs: Mapping[str, Path], corpus: Path) -> dict[str, Any]:
+    """Index build over ``corpus`` (a dataset folder: the corpus or its sample), E(q) and f(q,D) of BM25
+    or DPR timed with the profile's protocol (harness.timing), the index built ``latency.index_repeats``
+    times as the SVDR rows' T(D) and E(D) are."""
     from harness.methods import bm25, dpr  # other methods: imported when this figure is timed
 
     cfg = ctx.cfg
     protocol = PROTOCOLS.get(cfg["timing"].get("protocol") or "svdr-appendix-b")
     repeats = cfg["timing"].get("repeats") or protocol.repeats
+    index_repeats = int((ctx.mcfg.get("latency") or {}).get("index_repeats") or repeats)
     queries = [q.text for q in store.read_queries(inputs["data"], "test")]
     bctx = Context(cfg, name, ctx.dataset)
     if name == "bm25":
         job = Job("index", "bm25", "bm25", "build", ctx.dataset)
         searcher = bm25.Searcher(bctx, inputs["bm25_index"])
-        build = lambda out: bm25.build(bctx, job, {"data": inputs["data"]}, out)
+        build = lambda out: bm25.build(bctx, job, {"data": corpus}, out)
     else:
         job = Job("index", "dpr", "dpr", "build", ctx.dataset)
         searcher = dpr.Searcher(bctx, inputs["dpr_index"], inputs["dpr_model"])
-        build = lambda out: dpr.build(bctx, job, {"data": inputs["data"], "model": inputs["dpr_model"]}, out)
+        build = lambda out: dpr.build(bctx, job, {"data": corpus, "model": inputs["dpr_model"]}, out)
     return run(cfg, name, str(ctx.dataset), queries, build_index=build, searcher=searcher, protocol=protocol,
-               repeats=repeats, max_queries=cfg["timing"].get("search_queries"))
+               repeats=repeats, max_queries=cfg["timing"].get("search_queries"), index_repeats=index_repeats)
+
+
+def _corpus_sample(data: Path, n_sample: int | None, folder: Path) -> tuple[Path, int, int]:
+    """(the dataset folder the baselines' indexes are built from, its passages, the corpus's): with
+    ``latency.corpus_sample`` set below the corpus, its first n passages written to ``folder`` (as the
+    SVDR rows time T(D) and E(D) on them), else ``data`` itself."""
+    n_corpus = store.corpus_size(data)
+    if not n_sample or int(n_sample) >= n_corpus:
+        return data, n_corpus, n_corpus
+    from itertools import islice
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder, store.write_corpus(folder, islice(store.iter_corpus(data), int(n_sample))), n_corpus
 
 
 def latency_baselines(ctx: Context, inputs: Mapping[str, Path], out_dir: Path) -> list[Path]:
-    """Table 2 rows of BM25 and DPR, timed here with the same protocol as the SVDR rows."""
+    """Table 2 rows of BM25 and DPR, timed here with the same protocol as the SVDR rows: the index
+    built ``latency.index_repeats`` times over ``latency.corpus_sample``'s first passages and scaled to
+    the corpus (projected), the queries searched against the whole corpus's index."""
+    import shutil
+    import tempfile
+
     queries = store.read_queries(inputs["data"], "test")
-    out = []
-    for name in (ctx.mcfg.get("latency") or {}).get("baselines") or []:
-        t = _baseline_timing(ctx, name, inputs)
-        dev = t.get("device", "cpu")
-        bs = t["protocol"]["batch_size"]
-        batches = math.ceil(len(queries) / bs)
-        s = t["summary"]
-        index_s = s["index_seconds"]["mean"]
-        enc = s["encode_ms_per_batch"]["mean"] / 1000 * batches
-        f = s["search_ms_per_batch"]["mean"] / 1000 * batches
-        projected = t["batches"] < batches  # per-batch means times the test set's batches
-        suffix = "cuda" if dev == "cuda" else "cpu"
-        other = "cpu" if suffix == "cuda" else "cuda"
-        vals: dict[str, Any] = {}
-        why_other = f"the baseline timing ran on {dev} only"
-        if other == "cuda":
-            why_other = resolve_device("cuda")[1] or f"timing.device is {ctx.cfg['timing']['device']}"
-        not_run = {f"f_{other}": why_other}
-        if name == "bm25":
-            vals["T_D"] = _v(index_s, "s", dev)
-            vals[f"f_{suffix}"] = _v(f, "s", dev, projected)
-            total = f
-        else:
-            vals["E_D"] = _v(index_s, "s", dev)
-            vals[f"E_q_{suffix}"] = _v(enc, "s", dev, projected)
-            vals[f"f_{suffix}"] = _v(f, "s", dev, projected)
-            not_run[f"E_q_{other}"] = why_other
-            total = enc + f
-        vals["search_total"] = _v(total, "s", dev, projected)
-        vals["total"] = _v(total + index_s, "s", dev, projected)
-        out.append(_write(Path(out_dir) / f"{ctx.method}.lat-{name}.json", f"{ctx.method}.lat-{name}", ctx.dataset,
-                          vals, not_run, timing=t, protocol=t["protocol"]["name"], repeats=t.get("repeats"),
-                          deviation=t.get("deviation"), test_batches=batches,
-                          note="index build, E(q) and f(q,D) per batch (protocol) x test batches"))
-    return out
+    lat = ctx.mcfg.get("latency") or {}
+    tmp = Path(tempfile.mkdtemp(prefix="baseline-sample-"))
+    try:
+        corpus, timed, n_corpus = _corpus_sample(inputs["data"], lat.get("corpus_sample"), tmp / "data")
+        return [_baseline_row(ctx, name, inputs, corpus, timed, n_corpus, len(queries), out_dir)
+                for name in lat.get("baselines") or []]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _baseline_row(ctx: Context, name: str, inputs: Mapping[str, Path], corpus: Path, timed: int, n_corpus: int,
+                  n_queries: int, out_dir: Path) -> Path:
+    """One baseline's Table 2 row: its index time over ``timed`` passages scaled to ``n_corpus``
+    (projected where they differ), its E(q) and f(q,D) per batch times the test batches."""
+    t = _baseline_timing(ctx, name, inputs, corpus)
+    dev = t.get("device", "cpu")
+    bs = t["protocol"]["batch_size"]
+    batches = math.ceil(n_queries / bs)
+    s = t["summary"]
+    scale = n_corpus / max(1, timed)
+    index_s = s["index_seconds"]["mean"] * scale
+    enc = s["encode_ms_per_batch"]["mean"] / 1000 * batches
+    f = s["search_ms_per_batch"]["mean"] / 1000 * batches
+    projected = t["batches"] < batches  # per-batch means times the test set's batches
+    p_index = scale != 1.0
+    suffix = "cuda" if dev == "cuda" else "cpu"
+    other = "cpu" if suffix == "cuda" else "cuda"
+    vals: dict[str, Any] = {}
+    why_other = f"the baseline timing ran on {dev} only"
+    if other == "cuda":
+        why_other = resolve_device("cuda")[1] or f"timing.device is {ctx.cfg['timing']['device']}"
+    not_run = {f"f_{other}": why_other}
+    if name == "bm25":
+        vals["T_D"] = _v(index_s, "s", dev, p_index)
+        vals[f"f_{suffix}"] = _v(f, "s", dev, projected)
+        total = f
+    else:
+        vals["E_D"] = _v(index_s, "s", dev, p_index)
+        vals[f"E_q_{suffix}"] = _v(enc, "s", dev, projected)
+        vals[f"f_{suffix}"] = _v(f, "s", dev, projected)
+        not_run[f"E_q_{other}"] = why_other
+        total = enc + f
+    vals["search_total"] = _v(total, "s", dev, projected)
+    vals["total"] = _v(total + index_s, "s", dev, projected or p_index)
+    return _write(Path(out_dir) / f"{ctx.method}.lat-{name}.json", f"{ctx.method}.lat-{name}", ctx.dataset,
+                  vals, not_run, timing=t, protocol=t["protocol"]["name"], repeats=t.get("repeats"),
+                  index_repeats=t.get("index_repeats"), deviation=t.get("deviation"), test_batches=batches,
+                  corpus_passages=n_corpus, timed_passages=timed, corpus_scale=scale,
+                  note="index build (timed on the first timed_passages, scaled by corpus_scale), E(q) and f(q,D) per "
+                       "batch (protocol) x test batches")
 
 
 # --------------------------------------------------------------------------------------------
