@@ -27,6 +27,10 @@ from typing import Any
 UNITS = {"train": ("steps", "step", 1), "index": ("documents", "1k documents", 1000), "search": ("queries", "query", 1),
          "negatives": ("queries", "query", 1), "decontam": ("queries", "1k queries", 1000)}
 
+#: a train job that takes no optimizer step but reports the tokens it worked over (QCR's k-means: its
+#: sample's token vectors encoded, then clustered niter times into the same K) is priced per 1,000 of them
+TRAIN_TOKENS = ("tokens", "1k tokens", 1000)
+
 #: the stages whose start-up mark (:func:`startup_done`) prices them steady: an index's start-up, the
 #: hard negatives' JVM. A search's seconds are spread over its queries whatever mark a process holds.
 MARKED = ("index", "negatives")
@@ -275,6 +279,8 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
     estimate says so)."""
     out: dict[str, Any] = {"seconds": round(seconds, 3), **peaks()}
     field, unit, per = UNITS.get(stage, (None, None, 1))
+    if stage == "train" and not info.get(field) and info.get(TRAIN_TOKENS[0]):
+        field, unit, per = TRAIN_TOKENS
     count = info.get(field) if field else None
     if isinstance(count, (int, float)) and count > 0:
         units = count / per

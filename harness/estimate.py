@@ -79,6 +79,17 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
     if job.stage == "train":
         if job.params.get("init"):
             return 1.0, "the initial checkpoint: one step at learning rate 0"
+        km = _setting(values, m, "kmeans")
+        if isinstance(km, Mapping) and km.get("sample_tokens"):   # QCR's k-means: its sample's tokens (cost.TRAIN_TOKENS)
+            sets = [r.dataset for r in job.inputs.values() if r.kind == "data"] or [None]
+            docs = _documents(cfg, sets[0])
+            p_max = _setting(values, m, "p_max_len")
+            n = int(km["sample_tokens"])
+            if docs and p_max:
+                n = min(n, docs * int(p_max))
+            return n / 1000, (f"{n:,} tokens of {sets[0]}'s passages (methods.{m}.kmeans.sample_tokens): encoded, "
+                              f"then clustered over {km.get('niter', '?')} iterations into {km.get('clusters', '?'):,} "
+                              "centroids (the same K: linear in the tokens)")
         grid = _setting(values, m, "grid") or {}
         if str(job.params.get("variant", "")).startswith("grid-") and grid.get("steps"):
             return float(grid["steps"]), "the grid model's steps"  # QCR Figure 3: one stage of grid.steps

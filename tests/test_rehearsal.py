@@ -1221,3 +1221,19 @@ def test_query_side_fine_tuning_is_counted_in_its_own_epochs_and_batches():
     # the method's own training keeps its section's epochs and batch (4 epochs, 84 a batch)
     units, how = estimate.paper_units(paper, plan.get(paper).job("train", "densephrases", None))
     assert how.startswith("4 epochs x ceil(") and "upper bound" not in how
+
+
+def test_qcrs_k_means_is_priced_per_1000_tokens_of_its_sample():
+    """QCR's k-means baseline takes no optimizer step: its cost is its sample's tokens (encoded, then
+    clustered into the same K over niter iterations: linear in them), per 1,000 (cost.TRAIN_TOKENS), and
+    the paper profile's count is methods.qcr.kmeans.sample_tokens (50M), not the schedule's steps."""
+    from harness import cost, estimate, plan
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    c = cost.record("train", {"tokens": 500_000, "clusters": 32000}, 100.0)
+    assert (c["unit"], c["units"], c["seconds_per_unit"]) == ("1k tokens", 500.0, 0.2)
+    assert cost.record("train", {"steps": 2, "tokens": 9}, 10.0)["unit"] == "step"   # steps first
+    paper = load_config(["configs/profiles/paper.yaml"])
+    units, how = estimate.paper_units(paper, plan.get(paper).job("train", "qcr.kmeans", None))
+    assert units == 50_000 and how.startswith("50,000,000 tokens of msmarco's passages")
