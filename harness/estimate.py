@@ -317,8 +317,9 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
 
     p = plan.get(cfg)
     found: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
-    local = with_code(measured_jobs(root) if Path(root).is_dir() else [], step_of(p))
-    ledger_records = with_code(ledger_records, step_of(p))
+    steps = step_of(p)
+    local = with_code(measured_jobs(root) if Path(root).is_dir() else [], steps)
+    ledger_records = with_code(ledger_records, steps)
     for d in local:
         key = job_key(d)
         d = {**d, "_source": f"{root} (this machine)",
@@ -660,7 +661,7 @@ def every_measurement(root: Any, ledger_records: Iterable[Mapping[str, Any]], cf
                       ) -> list[dict[str, Any]]:
     """The measured jobs :func:`estimate` chooses from: this machine's under ``root`` (where it exists),
     then the ledgers' (:func:`harness.ledger.measurements`); what :func:`machine_lines` compares. With the
-    profile ``cfg``, each with the code it ran (:func:`harness.ledger.with_code`)."""
+    profile ``cfg``, each with the code it ran (:func:`with_code`)."""
     from pathlib import Path
 
     from harness import ledger, plan
@@ -724,8 +725,9 @@ def with_code(records: Iterable[Mapping[str, Any]], step_of: Any) -> list[dict[s
         r = dict(r)
         commit = str(r.get("git_commit") or "")
         if not r.get("code") and "failure" not in r and commit and commit != "unknown":
-            step = step_of(job_key(r))
-            code = code_id(job_key(r)[0], r.get("method"), step, commit) if step else None
+            key = job_key(r)
+            step = step_of(key)
+            code = code_id(key[0], r.get("method"), step, commit) if step else None
             if code:
                 r["code"] = code
         out.append(r)
@@ -734,7 +736,7 @@ def with_code(records: Iterable[Mapping[str, Any]], step_of: Any) -> list[dict[s
 
 def step_of(p: Any) -> Any:
     """(stage, job, dataset) -> the step the job of plan ``p`` runs, None where the plan has no such job
-    (:func:`harness.ledger.with_code`)."""
+    (:func:`with_code`)."""
     from harness.errors import ConfigError
 
     def step(key: tuple[str, str, str | None]) -> str | None:

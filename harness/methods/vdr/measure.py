@@ -362,17 +362,17 @@ def _gpu_search(emb, tindex, encoded, k, repeats, trim, factor) -> dict[str, flo
     return {x: _trimmed(v, trim) * factor for x, v in out.items()}
 
 
-def _baseline_timing(ctx: Context, name: str, inputs: Mapping[str, Path], corpus: Path) -> dict[str, Any]:
-    """Index build over ``corpus`` (a dataset folder: the corpus or its sample), E(q) and f(q,D) of BM25
-    or DPR timed with the profile's protocol (harness.timing), the index built ``latency.index_repeats``
-    times as the SVDR rows' T(D) and E(D) are."""
+def _baseline_timing(ctx: Context, name: str, inputs: Mapping[str, Path], corpus: Path,
+                     queries: Sequence[str]) -> dict[str, Any]:
+    """Index build over ``corpus`` (a dataset folder: the corpus or its sample), E(q) and f(q,D) over
+    ``queries`` of BM25 or DPR timed with the profile's protocol (harness.timing), the index built
+    ``latency.index_repeats`` times as the SVDR rows' T(D) and E(D) are."""
     from harness.methods import bm25, dpr  # other methods: imported when this figure is timed
 
     cfg = ctx.cfg
     protocol = PROTOCOLS.get(cfg["timing"].get("protocol") or "svdr-appendix-b")
     repeats = cfg["timing"].get("repeats") or protocol.repeats
     index_repeats = int((ctx.mcfg.get("latency") or {}).get("index_repeats") or repeats)
-    queries = [q.text for q in store.read_queries(inputs["data"], "test")]
     bctx = Context(cfg, name, ctx.dataset)
     if name == "bm25":
         job = Job("index", "bm25", "bm25", "build", ctx.dataset)
@@ -406,25 +406,25 @@ def latency_baselines(ctx: Context, inputs: Mapping[str, Path], out_dir: Path) -
     import shutil
     import tempfile
 
-    queries = store.read_queries(inputs["data"], "test")
+    queries = [q.text for q in store.read_queries(inputs["data"], "test")]
     lat = ctx.mcfg.get("latency") or {}
     tmp = Path(tempfile.mkdtemp(prefix="baseline-sample-"))
     try:
         corpus, timed, n_corpus = _corpus_sample(inputs["data"], lat.get("corpus_sample"), tmp / "data")
-        return [_baseline_row(ctx, name, inputs, corpus, timed, n_corpus, len(queries), out_dir)
+        return [_baseline_row(ctx, name, inputs, corpus, timed, n_corpus, queries, out_dir)
                 for name in lat.get("baselines") or []]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _baseline_row(ctx: Context, name: str, inputs: Mapping[str, Path], corpus: Path, timed: int, n_corpus: int,
-                  n_queries: int, out_dir: Path) -> Path:
+                  queries: Sequence[str], out_dir: Path) -> Path:
     """One baseline's Table 2 row: its index time over ``timed`` passages scaled to ``n_corpus``
     (projected where they differ), its E(q) and f(q,D) per batch times the test batches."""
-    t = _baseline_timing(ctx, name, inputs, corpus)
+    t = _baseline_timing(ctx, name, inputs, corpus, queries)
     dev = t.get("device", "cpu")
     bs = t["protocol"]["batch_size"]
-    batches = math.ceil(n_queries / bs)
+    batches = math.ceil(len(queries) / bs)
     s = t["summary"]
     scale = n_corpus / max(1, timed)
     index_s = s["index_seconds"]["mean"] * scale
