@@ -43,8 +43,39 @@ _STEPS: dict[str, list[float]] = {"first": [], "later": []}
 MAX_STEPS_KEPT = 64
 
 
-def step_timed(seconds: float, first: bool) -> None:
-    _STEPS["first" if first else "later"].append(seconds)
+def step_timed(seconds: float, first: bool, projected: float = 0.0) -> None:
+    """One optimizer step took ``seconds``; ``projected``: the seconds a cost probe skipped in it
+    (:func:`probe_timed`), added to its price."""
+    _STEPS["first" if first else "later"].append(seconds + projected)
+    if projected:
+        _PROBE["projected"] += projected
+
+
+#: a cost probe's totals (harness.train.grad_cache_step under ``probe_sub_batches``): the GradCache
+#: sub-batches run and skipped, the seconds projected for the skipped ones, and those of the running step
+_PROBE: dict[str, float] = {"run": 0, "of": 0, "projected": 0.0, "step": 0.0}
+
+
+def probe_timed(seconds: float, run: int, of: int) -> None:
+    """A probed GradCache pass ran ``run`` of its ``of`` sub-batches in ``seconds``: the other
+    ``of - run`` are projected at the run ones' mean (sub-batches of one batch have one shape)."""
+    _PROBE["run"] += run
+    _PROBE["of"] += of
+    _PROBE["step"] += seconds / run * (of - run)
+
+
+def probe_step_done() -> float:
+    """The seconds projected for the step that just ended (0 without a probe); resets the step's count."""
+    out, _PROBE["step"] = _PROBE["step"], 0.0
+    return out
+
+
+def probe_summary() -> dict[str, Any] | None:
+    """What the job's probe ran and projected (None without one), for its meta.json."""
+    if not _PROBE["of"]:
+        return None
+    return {"sub_batches_run": int(_PROBE["run"]), "sub_batches": int(_PROBE["of"]),
+            "projected_seconds": round(_PROBE["projected"], 3)}
 
 
 #: the corpora this job holds in memory whole (harness.datasets.store.corpus_by_id and its kin): per
@@ -83,6 +114,7 @@ def allow_fallbacks(allowed: bool) -> None:
 
     _FALLBACK.update(allowed=bool(allowed), taken=[])
     _STEPS.update(first=[], later=[])
+    _PROBE.update(run=0, of=0, projected=0.0, step=0.0)
     _HELD.clear()
     _CHILDREN.clear()
     _START.update(job=time.perf_counter(), work=None)
@@ -278,6 +310,10 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
     otherwise every second is spread over its units (a slice's start-up then over-projects, and the
     estimate says so)."""
     out: dict[str, Any] = {"seconds": round(seconds, 3), **peaks()}
+    probe = probe_summary() if stage == "train" else None
+    if probe:   # priced as if the skipped sub-batches had run: the job's seconds stay as measured
+        out["probe"] = probe
+        seconds += probe["projected_seconds"]
     field, unit, per = UNITS.get(stage, (None, None, 1))
     if stage == "train" and not info.get(field) and info.get(TRAIN_TOKENS[0]):
         field, unit, per = TRAIN_TOKENS

@@ -157,7 +157,8 @@ def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
     if len(paper) < 2 or len(paper) != len(ran) or sum(int(st["steps"]) for st in ran) != len(each) \
             or any({k: a.get(k) for k in shape} != {k: b.get(k) for k in shape} for a, b in zip(paper, ran)):
         return None
-    seconds, start, parts = float(cost["seconds"]) - sum(each), 0, []
+    probed = float((cost.get("probe") or {}).get("projected_seconds", 0.0))   # each step's price holds it
+    seconds, start, parts = float(cost["seconds"]) + probed - sum(each), 0, []
     for p, r in zip(paper, ran):
         n = int(r["steps"])
         step = sum(each[start:start + n]) / n
@@ -603,6 +604,10 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     if stage == "measure":   # as measured (paper_units): a lower bound
         row["bound"] = "lower"
     _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
+    probe = d["cost"].get("probe")
+    if probe:   # harness.train.grad_cache_step under probe_sub_batches: a step priced from a fraction of it
+        row["how"] += (f" (its steps projected from {probe['sub_batches_run']:,} of their {probe['sub_batches']:,} "
+                       "GradCache sub-batch passes run, the rest at the run ones' mean)")
     row["bytes"] = d.get("bytes")
     row["source"] = d["_source"]
     if now is not None and d.get("config_hash") and d["config_hash"] != now:

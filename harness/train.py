@@ -56,6 +56,9 @@ DEVICES = ("cpu", "cuda", "auto")
 _INIT_ONLY = [False]
 #: the running loop's backward (its accelerator's: fp16 scales the loss); None outside a loop
 _BACKWARD: list[Callable[[Any], None] | None] = [None]
+#: the running loop's ``probe_sub_batches`` (0: off): :func:`grad_cache_step` runs that many sub-batches
+#: of each pass and projects the rest (a rehearsal's step too long for its machine, priced from a fraction)
+_PROBE = [0]
 
 
 @contextmanager
@@ -93,6 +96,10 @@ class TrainSettings:
     log_every: int = 50
     save_every: int | None = None
     grad_cache_chunk: int = 0  # texts per GradCache sub-batch (:func:`sub_batch_step`); 0: the batch in one graph
+    #: a rehearsal's cost probe (#28): each GradCache pass runs its first ``probe_sub_batches`` sub-batches and
+    #: copies their representations into the rest, whose seconds are projected at the run ones' mean
+    #: (:func:`grad_cache_step`); the step's optimizer update is then not the full batch's. 0: off
+    probe_sub_batches: int = 0
     min_batch: int = 2  # not a config key: the method's rule (the reader trains on single questions)
 
     @classmethod
@@ -115,6 +122,12 @@ class TrainSettings:
             raise ConfigError(f"batch_size must be >= {max(1, self.min_batch)}, got {self.batch_size}")
         if int(self.grad_cache_chunk or 0) < 0:
             raise ConfigError(f"grad_cache_chunk must be >= 0, got {self.grad_cache_chunk}")
+        if int(self.probe_sub_batches or 0) < 0:
+            raise ConfigError(f"probe_sub_batches must be >= 0, got {self.probe_sub_batches}")
+        if int(self.probe_sub_batches or 0) and not int(self.grad_cache_chunk or 0):
+            raise ConfigError(f"probe_sub_batches {self.probe_sub_batches} without grad_cache_chunk: a probe runs some "
+                              "of a GradCache step's sub-batches and projects the rest",
+                              fix="set grad_cache_chunk (texts per sub-batch) or probe_sub_batches: 0")
         if int(self.grad_cache_chunk or 0) and int(self.grad_accum) > 1:
             raise ConfigError(f"grad_cache_chunk {self.grad_cache_chunk} with grad_accum {self.grad_accum}: a GradCache "
                               "step back-propagates the whole batch's loss itself, undivided",
@@ -304,6 +317,7 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
     step, t0 = 0, time.perf_counter()
     t_step = t0
     _BACKWARD[0] = acc.backward
+    _PROBE[0] = int(ts.probe_sub_batches or 0)
     try:
         while step < total:
             order = list(range(n))
@@ -335,7 +349,7 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
                 step += 1
                 bar.update(1)
                 now = time.perf_counter()  # after the loss was read: a GPU step has finished
-                cost.step_timed(now - t_step, first=step == 1)
+                cost.step_timed(now - t_step, first=step == 1, projected=cost.probe_step_done())
                 t_step = now
                 log.row(step, step_loss, step_parts, lr, now - t0)
                 if step % every == 0 or step == total:
@@ -347,12 +361,15 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
                     save(ckpt)
     finally:
         _BACKWARD[0] = None
+        _PROBE[0] = 0
         bar.close()
         log.close()
     if save is not None and out is not None:
         save(Path(out))
     info: dict[str, Any] = {"steps": step, "total": total, "examples": n, "seconds": time.perf_counter() - t0,
                             "losses": losses, "loss_first": losses[:5], "loss_last": losses[-5:]}
+    if ts.probe_sub_batches:
+        info["probe"] = cost.probe_summary()
     for k in parts[0] if parts else ():
         info[f"{k}_first"] = [p[k] for p in parts[:5]]
         info[f"{k}_last"] = [p[k] for p in parts[-5:]]
@@ -410,6 +427,9 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
     CPU's and, where it is in use, the CUDA device's: the same dropout masks) and back-propagated with
     its slice of that gradient (the loss's backward goes through :func:`backward`: under fp16 the
     gradients are the loop's scaled ones). Gradients accumulate in the parameters; returns (detached loss, parts).
+    Under a cost probe (``probe_sub_batches`` n, the rehearsal's) each pass over a group runs its first n
+    sub-batches only (the others take copies of their representations, so the loss sees the whole batch's
+    shapes) and :func:`harness.cost.probe_timed` projects the others' seconds at the run ones' mean.
     With one sub-batch per group nothing is cached: the loss is back-propagated as it is.
     QCR (§3.2), LightRetriever's passages, and DPR, BPR, VDR/SVDR and DensePhrases through
     :func:`sub_batch_step` use it."""
@@ -430,21 +450,39 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
         if st[1] is not None:
             torch.cuda.set_rng_state(st[1])
 
-    reps, states, tupled = [], [], []
+    probe = _PROBE[0]
+
+    def clock() -> float:   # a probe times sub-batches: a GPU's queued kernels first
+        if probe and cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    reps, states, tupled, runs = [], [], [], []
     for enc, items in zip(encs, groups):
         outs, st = [], []
-        for i in range(0, len(items), chunk):
+        starts = range(0, len(items), chunk)
+        run = len(starts) if not probe else min(probe, len(starts))
+        t = clock()
+        for j, i in enumerate(starts):
             st.append(state())
+            if j >= run:   # a probe: the run sub-batches' representations stand in (same shapes)
+                outs.append(tuple(o[:len(items[i:i + chunk])] for o in outs[j % run]))
+                continue
             with torch.no_grad():
                 out = enc(items[i:i + chunk])
             outs.append(out if isinstance(out, tuple) else (out,))
+        if run < len(starts):
+            cost.probe_timed(clock() - t, run, len(starts))
+        runs.append(run)
         tupled.append(isinstance(out, tuple))
         reps.append(tuple(torch.cat(col).detach().requires_grad_() for col in zip(*outs)))
         states.append(st)
     loss, parts = loss_fn(*[r if t else r[0] for r, t in zip(reps, tupled)])
     backward(loss)  # fp16: the loop's loss scale, carried into every sub-batch's gradients below
-    for enc, items, rep, st in zip(encs, groups, reps, states):
-        for j, i in enumerate(range(0, len(items), chunk)):
+    for enc, items, rep, st, run in zip(encs, groups, reps, states, runs):
+        starts = range(0, len(items), chunk)
+        t = clock()
+        for j, i in enumerate(starts[:run]):
             now = state()
             restore(st[j])
             out = enc(items[i:i + chunk])
@@ -453,4 +491,6 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
             pairs = [(o, r.grad[i:i + chunk]) for o, r in zip(outs, rep) if r.grad is not None]
             if pairs:
                 torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        if run < len(starts):
+            cost.probe_timed(clock() - t, run, len(starts))
     return loss.detach(), parts

@@ -267,3 +267,53 @@ def test_dpr_port_gives_the_old_loops_losses_exactly(tmp_path, monkeypatch):
     assert len(want) == info["steps"] == 4
     assert info["loss_first"] == want[:5] and info["loss_last"] == want[-5:]
     assert (tmp_path / "model" / LOSS_LOG).is_file()
+
+
+def test_a_cost_probe_runs_n_sub_batches_a_pass_and_projects_the_rest(tmp_path, monkeypatch):
+    """``probe_sub_batches`` (the rehearsal's, for a step too long for its machine): each GradCache pass
+    runs its first n sub-batches, the rest take copies of their representations (the loss sees the
+    whole batch's shapes), and each skipped sub-batch is priced at the run ones' mean: worked by hand
+    with a clock that advances 1 s per sub-batch encoded (2 groups of 10 items in sub-batches of 3:
+    4 sub-batches a pass, 2 run; pass 1 and pass 2 each skip 2 per group, 2 s projected a pass and
+    group: 8 s a step); the job's seconds stay as measured and its price carries the projection."""
+    from harness import cost
+    from harness import train as loop
+
+    clock = [0.0]
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: clock[0])
+    net = torch.nn.Linear(2, 2)
+    calls = []
+
+    def encode(items):
+        calls.append(len(items))
+        clock[0] += 1.0
+        return net(torch.stack(list(items)))
+
+    def loss_fn(q, d):
+        assert q.shape == (10, 2) and d.shape == (10, 2)   # the whole batch's shapes
+        return (q @ d.T).logsumexp(-1).mean(), {}
+
+    groups = [list(torch.randn(10, 2)), list(torch.randn(10, 2))]
+    cost.allow_fallbacks(False)
+    loop._PROBE[0] = 2
+    try:
+        loop.grad_cache_step(encode, groups, loss_fn, chunk=3)
+    finally:
+        loop._PROBE[0] = 0
+    assert calls == [3, 3] * 4   # per group: 2 run in the first pass, then the same 2 re-encoded
+    assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in net.parameters())
+    projected = cost.probe_step_done()
+    assert projected == pytest.approx(8.0)
+    cost.step_timed(10.0, first=True, projected=projected)
+    summary = cost.probe_summary()
+    assert summary == {"sub_batches_run": 8, "sub_batches": 16, "projected_seconds": 8.0}
+    got = cost.record("train", {"steps": 1}, 12.0)
+    assert got["seconds"] == 12.0 and got["probe"] == summary
+    assert got["seconds_per_unit"] == pytest.approx(20.0)   # 12 s measured + 8 s projected, one step
+    with pytest.raises(ConfigError, match="without grad_cache_chunk"):
+        TrainSettings(probe_sub_batches=2).check()
+    # off: every sub-batch runs, nothing is projected
+    calls.clear()
+    cost.allow_fallbacks(False)
+    loop.grad_cache_step(encode, groups, loss_fn, chunk=3)
+    assert len(calls) == 16 and cost.probe_summary() is None and cost.probe_step_done() == 0.0

@@ -220,4 +220,5 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
             "loss_first": info["loss_first"], "loss_last": info["loss_last"], "training_sets": counts,
             "backbone": s["backbone"], "trainable_parameters": int(sum(p.numel() for p in params)),
             "lora": s.get("lora"), "grad_cache_chunk": int(s.get("grad_cache_chunk") or 0),
+            **({"probe": info["probe"]} if info.get("probe") else {}),
             **{k: info[k] for k in info if k.endswith(("_first", "_last"))}}
