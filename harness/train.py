@@ -419,9 +419,10 @@ def sub_batch_step(towers: Sequence[tuple[Callable[[Mapping[str, Any]], Any], Ma
     return grad_cache_step(encs, [range(n) for n in sizes], loss_fn, chunk)
 
 
-def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int):
+def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int | Sequence[int]):
     """One GradCache step (Gao et al., 2021): ``encode(items)`` (one callable, or one per group) ->
-    a tensor or a tuple of tensors (rows = items) for each group, in sub-batches of ``chunk`` without a graph; ``loss_fn(*reps)`` on the
+    a tensor or a tuple of tensors (rows = items) for each group, in sub-batches of ``chunk`` (one size, or one
+    per group) without a graph; ``loss_fn(*reps)`` on the
     whole batch (a tuple-valued group is passed as its tuple) and its gradient w.r.t. the
     representations; then every sub-batch re-encoded under the random state of its first pass (the
     CPU's and, where it is in use, the CUDA device's: the same dropout masks) and back-propagated with
@@ -436,7 +437,8 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
     import torch
 
     encs = list(encode) if isinstance(encode, (list, tuple)) else [encode] * len(groups)
-    if all(len(items) <= chunk for items in groups):  # one sub-batch each: the cache would encode twice for nothing
+    chunks = [int(c) for c in chunk] if isinstance(chunk, (list, tuple)) else [int(chunk)] * len(groups)
+    if all(len(items) <= c for items, c in zip(groups, chunks)):  # one sub-batch each: the cache would encode twice for nothing
         loss, parts = loss_fn(*[enc(items) for enc, items in zip(encs, groups)])
         backward(loss)
         return loss.detach(), parts
@@ -458,7 +460,7 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
         return time.perf_counter()
 
     reps, states, tupled, runs = [], [], [], []
-    for enc, items in zip(encs, groups):
+    for enc, items, chunk in zip(encs, groups, chunks):
         outs, st = [], []
         starts = range(0, len(items), chunk)
         run = len(starts) if not probe else min(probe, len(starts))
@@ -479,7 +481,7 @@ def grad_cache_step(encode, groups: Sequence[Sequence[Any]], loss_fn, chunk: int
         states.append(st)
     loss, parts = loss_fn(*[r if t else r[0] for r, t in zip(reps, tupled)])
     backward(loss)  # fp16: the loop's loss scale, carried into every sub-batch's gradients below
-    for enc, items, rep, st, run in zip(encs, groups, reps, states, runs):
+    for enc, items, rep, st, run, chunk in zip(encs, groups, reps, states, runs, chunks):
         starts = range(0, len(items), chunk)
         t = clock()
         for j, i in enumerate(starts[:run]):

@@ -304,11 +304,19 @@ def test_encode_precision_bf16_encodes_the_corpus_and_queries_under_autocast(tmp
         cost.allow_fallbacks(False)
 
 
-def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cfg, tiny_llama):
+@pytest.mark.parametrize("variant", [{}, {"p_max_len": 8},
+                                     {"dense_query": "full", "dense_doc": "light", "sparse_query": "full",
+                                      "sparse_doc": "light", "p_max_len": 8}],
+                         ids=["main", "main-short-passages", "qfull-dlight"])
+def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cfg, tiny_llama, variant):
     """``grad_cache_chunk`` (the paper's batch on one GPU: the H200 rehearsal ran out of memory without
-    it): passages encoded in sub-batches without a graph, the loss on the whole batch, each sub-batch
-    re-encoded and back-propagated; the same loss and LoRA gradients as one graph (dropout 0: the
-    sub-batches' masks would differ from the whole batch's), every loss term included."""
+    it): passages, queries and the light sides' token vectors encoded in sub-batches without a graph,
+    the loss on the whole batch, each sub-batch re-encoded and back-propagated; the same loss and LoRA
+    gradients as one graph (dropout 0: the sub-batches' masks would differ from the whole batch's),
+    every loss term included; for the main model (light dense queries: their token vectors) and Table 4's
+    variant that reads the queries' full sparse side and the passages' light token vectors; passages of
+    8 tokens: the queries' and the tokens' sub-batches (as many positions as a passage sub-batch's) then
+    hold fewer than the batch (4 queries in 4, 38 query tokens in 2, 60 passage tokens in 3)."""
     import random
 
     from harness.datasets import prepare as prepare_dataset
@@ -330,6 +338,7 @@ def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cf
     results = []
     for chunk in (0, 5):  # 12 passages (4 queries x (1 + 2)): sub-batches of 5, 5 and 2
         c["methods"]["lightretriever"]["grad_cache_chunk"] = chunk
+        c["methods"]["lightretriever"].update(variant)
         s = lr.settings(c)
         sets, docs, _ = read_training_sets(c, s, inputs, 0)
         group = training_groups(s, sets, 0)[0]

@@ -179,21 +179,28 @@ class LightModel:
     def token_vectors(self, prompt: Sequence[int], tokens: Sequence[int]):
         return token_vectors(self.base, list(prompt), list(tokens), self.eos)
 
-    def light_mean(self, prompt: Sequence[int], rows: Sequence[Sequence[int]], *, embedding: bool = False):
-        """Mean of the rows' token vectors (cached-token encoder, or the input embedding table), normalised."""
+    def light_mean(self, prompt: Sequence[int], rows: Sequence[Sequence[int]], *, embedding: bool = False,
+                   table: tuple[Sequence[int], Any] | None = None):
+        """Mean of the rows' token vectors (cached-token encoder, or the input embedding table), normalised;
+        ``table``: (the rows' distinct tokens in order, their vectors) where they were encoded already
+        (a GradCache step's sub-batches)."""
         import torch
 
         uniq = sorted({t for r in rows for t in r})
         if not uniq:
             return torch.zeros(len(rows), self.hidden, device=self.base.device)
-        if embedding:
-            table = self.base.get_input_embeddings()(torch.tensor(uniq, device=self.base.device))
+        if table is not None and table[1] is not None:
+            if list(table[0]) != uniq:
+                raise ValueError("light_mean: the table's tokens are not the rows' distinct tokens")
+            vectors = table[1]
+        elif embedding:
+            vectors = self.base.get_input_embeddings()(torch.tensor(uniq, device=self.base.device))
         else:
-            table = self.token_vectors(prompt, uniq)
+            vectors = self.token_vectors(prompt, uniq)
         pos = {t: i for i, t in enumerate(uniq)}
         out = []
         for r in rows:
-            out.append(table[[pos[t] for t in r]].mean(0) if r else torch.zeros(self.hidden, device=table.device))
+            out.append(vectors[[pos[t] for t in r]].mean(0) if r else torch.zeros(self.hidden, device=vectors.device))
         return torch.nn.functional.normalize(torch.stack(out).float(), dim=-1)
 
     def counts(self, rows: Sequence[Sequence[int]], *, binary: bool = False):

@@ -115,38 +115,76 @@ class BatchLoss:
         if not chunk or len(drows) <= chunk:  # one graph: the loop back-propagates the loss
             dh, dmask = model.forward(self.doc_prefix, drows)
             return self.loss(key, qrows, drows, model.eos_pool(dh, dmask), (dh, dmask), step)
+        return self.cached(key, qrows, drows, step, chunk)
+
+    def cached(self, key: str, qrows, drows, step: int, chunk: int):
+        """A GradCache step (:func:`harness.train.grad_cache_step`) over every encoder pass with a graph:
+        the passages in sub-batches of ``chunk``; the queries, the queries' light token vectors (and,
+        where a variant reads them, the queries' full sparse side and the passages' light token vectors)
+        in sub-batches of as many positions as a passage sub-batch holds. Without the queries' side the
+        paper's step held 128 queries and their ~1,000 token sequences in one graph: over 20 GiB for
+        Llama-3.2-1B on a CPU whatever the passages' sub-batches (the rehearsal, 2026-12-05)."""
         from harness.train import grad_cache_step
 
+        model, s = self.model, self.s
+        prompt = self.prompts[key]
+        positions = chunk * (int(s["p_max_len"]) + len(self.doc_prefix) + 1)   # a passage sub-batch's
+        per_query = max(1, positions // (max(len(r) for r in qrows) + len(prompt) + 1))
+        per_token = max(1, positions // 2)   # a token's sequence adds 2 positions to a packed row
         full_sparse = s["sparse_doc"] == "full"
 
-        def encode(rows):  # a sub-batch of passages: (pooled vector, sparse vector where the sparse side reads it)
+        def docs(rows):  # a sub-batch of passages: (pooled vector, sparse vector where the sparse side reads it)
             h, mask = model.forward(self.doc_prefix, rows)
             pooled = model.eos_pool(h, mask)
             return (pooled, model.sparse_vectors(h, mask, len(self.doc_prefix))) if full_sparse else pooled
 
-        def loss_fn(reps):
-            d_full, d_sp = reps if full_sparse else (reps, None)
-            return self.loss(key, qrows, drows, d_full, d_sp, step)
+        def queries(rows):
+            return model.eos_pool(*model.forward(prompt, rows))
 
-        return grad_cache_step(encode, [drows], loss_fn, chunk)
+        def queries_sparse(rows):   # Table 4 'Qry Full': the queries through the document side's LM head
+            return model.sparse_vectors(*model.forward(self.doc_prefix, rows), len(self.doc_prefix))
 
-    def loss(self, key: str, qrows, drows, d_full, d_sparse, step: int):
+        groups, encs, chunks, names = [drows, qrows], [docs, queries], [chunk, per_query], ["docs", "queries"]
+        if s["sparse_query"] == "full":
+            groups, encs, chunks, names = groups + [qrows], encs + [queries_sparse], chunks + [per_query], names + ["q_sparse"]
+        q_tokens = sorted({t for r in qrows for t in r}) if s["dense_query"] == "light" else []
+        d_tokens = sorted({t for r in drows for t in r}) if s["dense_doc"] == "light" else []
+        for name, tokens, pre in (("q_table", q_tokens, prompt), ("d_table", d_tokens, self.doc_prefix)):
+            if tokens:
+                groups.append(tokens)
+                encs.append(lambda toks, pre=pre: model.token_vectors(pre, toks))
+                chunks.append(per_token)
+                names.append(name)
+
+        def loss_fn(*reps):
+            got = dict(zip(names, reps))
+            d_full, d_sp = got["docs"] if full_sparse else (got["docs"], None)
+            tables = {"q": (q_tokens, got.get("q_table")), "d": (d_tokens, got.get("d_table"))}
+            return self.loss(key, qrows, drows, d_full, d_sp, step, q_full=got["queries"],
+                             q_sparse=got.get("q_sparse"), tables=tables)
+
+        return grad_cache_step(encs, groups, loss_fn, chunks)
+
+    def loss(self, key: str, qrows, drows, d_full, d_sparse, step: int, *, q_full=None, q_sparse=None,
+             tables=None):
         """(loss, parts) of one batch from its passages' pooled vectors ``d_full`` and ``d_sparse``:
         their sparse vectors, or (hidden states, mask) to take them from, or None where the sparse
-        side does not read them; the queries are encoded here."""
+        side does not read them; the queries are encoded here unless a GradCache step
+        (:meth:`cached`) passes their pooled vectors ``q_full``, their full sparse vectors
+        ``q_sparse`` and the light sides' token ``tables`` ({"q"|"d": (tokens, vectors)})."""
         model, s, tau, n_per = self.model, self.s, self.tau, self.n_per
-        qh, qmask = model.forward(self.prompts[key], qrows)
-        q_full = model.eos_pool(qh, qmask)
+        if q_full is None:
+            q_full = model.eos_pool(*model.forward(self.prompts[key], qrows))
         parts: dict[str, float] = {}
         base = q_full @ d_full.T
         loss = contrastive(base / tau, n_per)
         parts["base"] = float(loss.detach())
-        q_light, d_dense = self.light_dense(key, qrows, drows, q_full, d_full)
+        q_light, d_dense = self.light_dense(key, qrows, drows, q_full, d_full, tables or {})
         light = q_light @ d_dense.T
         l_dense = contrastive(light / tau, n_per)
         parts["dense"] = float(l_dense.detach())
         loss = loss + l_dense
-        sparse, l_sparse = self.light_sparse(qrows, drows, d_sparse, step, parts)
+        sparse, l_sparse = self.light_sparse(qrows, drows, d_sparse, step, parts, q_sparse)
         parts["sparse"] = float(l_sparse.detach())
         loss = loss + l_sparse
         if s["kl"]:
@@ -161,23 +199,27 @@ class BatchLoss:
             loss = loss + contrastive(a @ b.T / tau, n_per) + contrastive(c @ e.T / tau, n_per)
         return loss, parts
 
-    def light_dense(self, key: str, qrows, drows, q_full, d_full):
+    def light_dense(self, key: str, qrows, drows, q_full, d_full, tables: Mapping[str, Any]):
         """(query, document) vectors of the light dense side: the query's cached-token mean (or the
-        full-size query / the input embeddings, Table 4), the full-size or light document."""
+        full-size query / the input embeddings, Table 4), the full-size or light document; ``tables``:
+        the token vectors a GradCache step encoded ({"q"|"d": (tokens, vectors)}), else encoded here."""
         model, s = self.model, self.s
         if s["dense_query"] == "full":
             q_light = q_full
         else:
-            q_light = model.light_mean(self.prompts[key], qrows, embedding=s["dense_query"] == "embedding")
-        d_dense = model.light_mean(self.doc_prefix, drows) if s["dense_doc"] == "light" else d_full
+            q_light = model.light_mean(self.prompts[key], qrows, embedding=s["dense_query"] == "embedding",
+                                       table=tables.get("q"))
+        d_dense = model.light_mean(self.doc_prefix, drows, table=tables.get("d")) if s["dense_doc"] == "light" else d_full
         return q_light, d_dense
 
-    def light_sparse(self, qrows, drows, d_sparse, step: int, parts: dict[str, float]):
+    def light_sparse(self, qrows, drows, d_sparse, step: int, parts: dict[str, float], q_sparse=None):
         """(scores, loss) of the light sparse side, the FLOPS term (recorded in ``parts``) included;
-        ``d_sparse``: the passages' sparse vectors, or (hidden states, mask) to take them from."""
+        ``d_sparse``: the passages' sparse vectors, or (hidden states, mask) to take them from;
+        ``q_sparse``: the queries' full sparse vectors where a GradCache step encoded them."""
         model, s = self.model, self.s
         if s["sparse_query"] == "full":
-            q_sp = model.sparse_vectors(*model.forward(self.doc_prefix, qrows), len(self.doc_prefix))
+            q_sp = q_sparse if q_sparse is not None else \
+                model.sparse_vectors(*model.forward(self.doc_prefix, qrows), len(self.doc_prefix))
         else:
             q_sp = model.counts(qrows, binary=s["sparse_query"] == "binary")
         if s["sparse_doc"] == "full":
