@@ -38,7 +38,7 @@ MARKED = ("index", "negatives")
 
 #: this job's optimizer steps, timed by harness.train.train_loop: the first of each loop (CUDA and
 #: allocator warm-up, lazy inits) and the later ones, whose median is the steady price of a step
-_STEPS: dict[str, list[float]] = {"first": [], "later": []}
+_STEPS: dict[str, list[float]] = {"first": [], "later": [], "measured": []}
 #: a train job of at most this many optimizer steps (a rehearsal's) keeps each step's seconds in its cost
 MAX_STEPS_KEPT = 64
 
@@ -47,6 +47,7 @@ def step_timed(seconds: float, first: bool, projected: float = 0.0) -> None:
     """One optimizer step took ``seconds``; ``projected``: the seconds a cost probe skipped in it
     (:func:`probe_timed`), added to its price."""
     _STEPS["first" if first else "later"].append(seconds + projected)
+    _STEPS["measured"].append(seconds)
     if projected:
         _PROBE["projected"] += projected
 
@@ -54,6 +55,11 @@ def step_timed(seconds: float, first: bool, projected: float = 0.0) -> None:
 #: a cost probe's totals (harness.train.grad_cache_step under ``probe_sub_batches``): the GradCache
 #: sub-batches run and skipped, the seconds projected for the skipped ones, and those of the running step
 _PROBE: dict[str, float] = {"run": 0, "of": 0, "projected": 0.0, "step": 0.0}
+
+
+def _median(xs: list[float]) -> float:
+    ys, mid = sorted(xs), len(xs) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2
 
 
 def probe_timed(seconds: float, run: int, of: int) -> None:
@@ -113,7 +119,7 @@ def allow_fallbacks(allowed: bool) -> None:
     import time
 
     _FALLBACK.update(allowed=bool(allowed), taken=[])
-    _STEPS.update(first=[], later=[])
+    _STEPS.update(first=[], later=[], measured=[])
     _PROBE.update(run=0, of=0, projected=0.0, step=0.0)
     _HELD.clear()
     _CHILDREN.clear()
@@ -312,7 +318,7 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
     out: dict[str, Any] = {"seconds": round(seconds, 3), **peaks()}
     probe = probe_summary() if stage == "train" else None
     if probe:   # priced as if the skipped sub-batches had run: the job's seconds stay as measured
-        out["probe"] = probe
+        out["probe"] = {**probe, "measured_step_seconds": [round(x, 3) for x in _STEPS["measured"][:MAX_STEPS_KEPT]]}
         seconds += probe["projected_seconds"]
     field, unit, per = UNITS.get(stage, (None, None, 1))
     if stage == "train" and not info.get(field) and info.get(TRAIN_TOKENS[0]):
@@ -323,9 +329,12 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
         out.update(unit=unit, units=units, seconds_per_unit=seconds / units)
         later = sorted(_STEPS["later"]) if stage == "train" else []
         if later:
-            mid = len(later) // 2
-            steady = later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
-            out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, seconds - steady * units), 3),
+            steady = _median(later)
+            fixed = seconds - steady * units
+            if probe:   # what the job paid once, as measured: the first step's warm-up is not projected
+                ran = _STEPS["measured"]
+                fixed = out["seconds"] - sum(ran) + max(0.0, ran[0] - _median(ran[1:])) if len(ran) > 1 else fixed
+            out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, fixed), 3),
                        first_step_seconds=round(sum(_STEPS["first"]), 4), steps_timed=len(later), pricing="steady")
         if stage in MARKED and _START["work"] is not None and _START["job"] is not None:
             fixed = min(max(0.0, _START["work"] - _START["job"]), seconds)

@@ -1241,24 +1241,28 @@ def test_qcrs_k_means_is_priced_per_1000_tokens_of_its_sample():
 
 def test_a_probed_train_job_is_priced_with_its_projected_sub_batches_and_says_so(tmp_path):
     """A train job whose GradCache passes ran 2 of their 16 sub-batches (``probe_sub_batches``): its
-    steps are priced with the skipped sub-batches' projected seconds (two steps of 10 s measured + 30 s
-    projected each: 40 s a step), its measured seconds stay as they were, and its row says it was probed."""
+    steps are priced with the skipped sub-batches' projected seconds (the later step: 10 s measured + 30 s
+    projected), what it paid once as measured (a first step's warm-up projected over the sub-batches it
+    skipped would count it 1 + skipped/run times), its measured seconds stay as they were, and its row
+    says it was probed."""
     import json
 
     from harness import cost, estimate
     from harness.config import load_config
 
     cost.allow_fallbacks(False)
-    for first in (True, False):
-        cost.probe_timed(10.0, 2, 4)   # 2 skipped sub-batches at 5 s: 10 s a pass
+    for first, warm in ((True, 4.0), (False, 0.0)):   # the first step's first sub-batch warms up: 4 s more
+        cost.probe_timed(10.0 + warm, 2, 4)   # 2 skipped sub-batches at the 2 run ones' mean: 10 s a pass
         cost.probe_timed(20.0, 2, 4)   # and 20 s for the second pass
-        cost.step_timed(10.0, first=first, projected=cost.probe_step_done())
-    rec = cost.record("train", {"steps": 2}, 25.0)
-    assert rec["seconds"] == 25.0 and rec["probe"] == {"sub_batches_run": 8, "sub_batches": 16, "projected_seconds": 60.0}
-    assert rec["seconds_per_unit"] == 40.0 and rec["fixed_seconds"] == 5.0   # 25 + 60 - 2 x 40
+        cost.step_timed(10.0 + warm, first=first, projected=cost.probe_step_done())
+    rec = cost.record("train", {"steps": 2}, 29.0)
+    assert rec["seconds"] == 29.0 and rec["probe"] == {"sub_batches_run": 8, "sub_batches": 16, "projected_seconds": 64.0,
+                                                      "measured_step_seconds": [14.0, 10.0]}
+    # paid once: 29 - 24 s of steps, + the first step's 4 s of warm-up as measured (not its 8 s projected)
+    assert rec["seconds_per_unit"] == 40.0 and rec["fixed_seconds"] == 9.0
     (tmp_path / "models/dpr").mkdir(parents=True)
     (tmp_path / "models/dpr/meta.json").write_text(json.dumps({"kind": "model", "job": "dpr", "cost": rec}))
     every = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False, siblings=False)
     row = next(r for r in every if r["job"] == "dpr" and r["stage"] == "train")
-    assert row["seconds"] == 5.0 + 40.0 * 40 * 460
+    assert row["seconds"] == 9.0 + 40.0 * 40 * 460
     assert "projected from 8 of their 16 GradCache sub-batch passes run" in row["how"]

@@ -308,7 +308,7 @@ def test_a_cost_probe_runs_n_sub_batches_a_pass_and_projects_the_rest(tmp_path, 
     summary = cost.probe_summary()
     assert summary == {"sub_batches_run": 8, "sub_batches": 16, "projected_seconds": 8.0}
     got = cost.record("train", {"steps": 1}, 12.0)
-    assert got["seconds"] == 12.0 and got["probe"] == summary
+    assert got["seconds"] == 12.0 and got["probe"] == {**summary, "measured_step_seconds": [10.0]}
     assert got["seconds_per_unit"] == pytest.approx(20.0)   # 12 s measured + 8 s projected, one step
     with pytest.raises(ConfigError, match="without grad_cache_chunk"):
         TrainSettings(probe_sub_batches=2).check()
