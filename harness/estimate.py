@@ -938,15 +938,16 @@ def _bound_search(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], searche
 def _note_sub_batches(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], measured: Any) -> None:
     """A train job measured in GradCache sub-batches where the profile trains in one graph (or in
     other sub-batches): the row says so. A GradCache step encodes every text twice (once without a
-    graph), about 4/3 of one graph's compute, so such a projection is high; it is not rescaled."""
+    graph), about 4/3 of one graph's compute, so such a projection is high where the profile trains in
+    one graph; it is not rescaled."""
     from harness.settings import lookup_key
 
     if job.stage != "train" or not measured:
         return
     want = int(lookup_key(cfg, f"methods.{job.method}.grad_cache_chunk") or 0)
-    if int(measured) != want:
+    if int(measured) != want:   # sub-batches both ways: the same passes, in smaller or larger pieces
         row["how"] += (f" (measured in GradCache sub-batches of {int(measured)}, the profile "
-                       + (f"uses {want}" if want else "trains in one graph") + ": about 4/3 of one graph's compute)")
+                       + (f"uses {want})" if want else "trains in one graph: about 4/3 of one graph's compute)"))
 
 
 def main(argv: list[str]) -> int:
