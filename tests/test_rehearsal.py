@@ -543,7 +543,10 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
     assert [r.split("\t")[6] for r in rows[1:]] == ["150.0", "250.0"]  # the schedule's stages, K up to the paper's last
     lr = json.loads((tmp_path / "rehearsal" / "models" / "lightretriever" / "meta.json").read_text())
     assert lr["config_values"]["methods.lightretriever.lora"] == {"r": 16, "alpha": 32, "dropout": 0.1}
-    assert lr["grad_cache_chunk"] == 2  # its GradCache path ran (a runtime setting: no hash covers it)
+    assert lr["grad_cache_chunk"] == 1  # its GradCache path ran (a runtime setting: no hash covers it)
+    probe = lr["cost"]["probe"]   # the rehearsal's probe: 2 of each pass's 4 passage sub-batches ran
+    assert 0 < probe["sub_batches_run"] < probe["sub_batches"] and probe["projected_seconds"] > 0, probe
+    assert lr["cost"]["seconds_per_unit"] > probe["measured_step_seconds"][-1]
     assert "methods.lightretriever.grad_cache_chunk" not in lr["config_values"]
     # a job that held its corpus whole (harness.datasets.store.note_held) books at least that corpus at the
     # paper's scale (NQ's 21M passages: ~24 GiB in Python objects), beside its index where it builds one
