@@ -541,9 +541,12 @@ class Site:
             hours = f"{r['seconds'] / 3600:,.2f}" if r.get("seconds") is not None else "no count"
             gpu = f"{r['gpu_peak_gib']:.1f}" if r.get("gpu_peak_gib") is not None else "—"
             size = f"{r['disk_gib']:,.2f}" if r.get("disk_gib") is not None else "—"
+            # a row scaled from another backbone's job has no memory of its own (harness.estimate.sibling_of)
+            host = f"{r['host_peak_gib']:.1f}" if r.get("host_peak_gib") is not None else "—"
+            ran = f"{r['measured_seconds']:.1f}" if r.get("measured_seconds") is not None else "—"
             body.append(f"<tr><td>{esc(r['stage'])}</td><td>{esc(r['job'])}</td><td>{esc(r['dataset'])}</td>"
-                        f"<td>{r['measured_seconds']:.1f}</td><td>{esc(r['how'])}</td><td class='projected'>{hours}</td>"
-                        f"<td>{r['host_peak_gib']:.1f}</td><td>{gpu}</td><td class='projected'>{size}</td><td>{esc(r['hardware'])}</td>"
+                        f"<td>{ran}</td><td>{esc(r['how'])}</td><td class='projected'>{hours}</td>"
+                        f"<td>{host}</td><td>{gpu}</td><td class='projected'>{size}</td><td>{esc(r['hardware'])}</td>"
                         f"<td>{esc(r.get('fallbacks', ''))}</td><td>{esc(r['papers_own'])}</td>"
                         f"<td>{esc(r['source'])}" + "".join(f"<br>{esc(r[k])}" for k in ("stale", "older_code") if r.get(k))
                         + "</td></tr>")
