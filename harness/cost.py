@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import resource
+import statistics
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -48,18 +49,11 @@ def step_timed(seconds: float, first: bool, projected: float = 0.0) -> None:
     (:func:`probe_timed`), added to its price."""
     _STEPS["first" if first else "later"].append(seconds + projected)
     _STEPS["measured"].append(seconds)
-    if projected:
-        _PROBE["projected"] += projected
 
 
 #: a cost probe's totals (harness.train.grad_cache_step under ``probe_sub_batches``): the GradCache
-#: sub-batches run and skipped, the seconds projected for the skipped ones, and those of the running step
-_PROBE: dict[str, float] = {"run": 0, "of": 0, "projected": 0.0, "step": 0.0}
-
-
-def _median(xs: list[float]) -> float:
-    ys, mid = sorted(xs), len(xs) // 2
-    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2
+#: sub-batches run and in all, and the seconds projected for the running step's skipped ones
+_PROBE: dict[str, float] = {"run": 0, "of": 0, "step": 0.0}
 
 
 def probe_timed(seconds: float, run: int, of: int) -> None:
@@ -80,8 +74,9 @@ def probe_summary() -> dict[str, Any] | None:
     """What the job's probe ran and projected (None without one), for its meta.json."""
     if not _PROBE["of"]:
         return None
+    projected = sum(_STEPS["first"]) + sum(_STEPS["later"]) - sum(_STEPS["measured"])   # priced minus timed
     return {"sub_batches_run": int(_PROBE["run"]), "sub_batches": int(_PROBE["of"]),
-            "projected_seconds": round(_PROBE["projected"], 3)}
+            "projected_seconds": round(projected, 3)}
 
 
 #: the corpora this job holds in memory whole (harness.datasets.store.corpus_by_id and its kin): per
@@ -120,7 +115,7 @@ def allow_fallbacks(allowed: bool) -> None:
 
     _FALLBACK.update(allowed=bool(allowed), taken=[])
     _STEPS.update(first=[], later=[], measured=[])
-    _PROBE.update(run=0, of=0, projected=0.0, step=0.0)
+    _PROBE.update(run=0, of=0, step=0.0)
     _HELD.clear()
     _CHILDREN.clear()
     _START.update(job=time.perf_counter(), work=None)
@@ -327,13 +322,13 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
     if isinstance(count, (int, float)) and count > 0:
         units = count / per
         out.update(unit=unit, units=units, seconds_per_unit=seconds / units)
-        later = sorted(_STEPS["later"]) if stage == "train" else []
+        later = _STEPS["later"] if stage == "train" else []
         if later:
-            steady = _median(later)
+            steady = statistics.median(later)
             fixed = seconds - steady * units
             if probe:   # what the job paid once, as measured: the first step's warm-up is not projected
                 ran = _STEPS["measured"]
-                fixed = out["seconds"] - sum(ran) + max(0.0, ran[0] - _median(ran[1:])) if len(ran) > 1 else fixed
+                fixed = out["seconds"] - sum(ran) + max(0.0, ran[0] - statistics.median(ran[1:]))
             out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, fixed), 3),
                        first_step_seconds=round(sum(_STEPS["first"]), 4), steps_timed=len(later), pricing="steady")
         if stage in MARKED and _START["work"] is not None and _START["job"] is not None:

@@ -368,8 +368,6 @@ def train_loop(examples: Sequence[Any], step_fn: StepFn, params: Sequence[Any], 
         save(Path(out))
     info: dict[str, Any] = {"steps": step, "total": total, "examples": n, "seconds": time.perf_counter() - t0,
                             "losses": losses, "loss_first": losses[:5], "loss_last": losses[-5:]}
-    if ts.probe_sub_batches:
-        info["probe"] = cost.probe_summary()
     for k in parts[0] if parts else ():
         info[f"{k}_first"] = [p[k] for p in parts[:5]]
         info[f"{k}_last"] = [p[k] for p in parts[-5:]]

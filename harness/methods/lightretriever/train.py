@@ -144,17 +144,15 @@ class BatchLoss:
         def queries_sparse(rows):   # Table 4 'Qry Full': the queries through the document side's LM head
             return model.sparse_vectors(*model.forward(self.doc_prefix, rows), len(self.doc_prefix))
 
-        groups, encs, chunks, names = [drows, qrows], [docs, queries], [chunk, per_query], ["docs", "queries"]
+        passes = [("docs", drows, docs, chunk), ("queries", qrows, queries, per_query)]   # (name, items, encode, sub-batch)
         if s["sparse_query"] == "full":
-            groups, encs, chunks, names = groups + [qrows], encs + [queries_sparse], chunks + [per_query], names + ["q_sparse"]
+            passes.append(("q_sparse", qrows, queries_sparse, per_query))
         q_tokens = sorted({t for r in qrows for t in r}) if s["dense_query"] == "light" else []
         d_tokens = sorted({t for r in drows for t in r}) if s["dense_doc"] == "light" else []
         for name, tokens, pre in (("q_table", q_tokens, prompt), ("d_table", d_tokens, self.doc_prefix)):
             if tokens:
-                groups.append(tokens)
-                encs.append(lambda toks, pre=pre: model.token_vectors(pre, toks))
-                chunks.append(per_token)
-                names.append(name)
+                passes.append((name, tokens, lambda toks, pre=pre: model.token_vectors(pre, toks), per_token))
+        names, groups, encs, chunks = zip(*passes)
 
         def loss_fn(*reps):
             got = dict(zip(names, reps))
@@ -262,5 +260,4 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], inputs: Mapping[str, Pat
             "loss_first": info["loss_first"], "loss_last": info["loss_last"], "training_sets": counts,
             "backbone": s["backbone"], "trainable_parameters": int(sum(p.numel() for p in params)),
             "lora": s.get("lora"), "grad_cache_chunk": int(s.get("grad_cache_chunk") or 0),
-            **({"probe": info["probe"]} if info.get("probe") else {}),
             **{k: info[k] for k in info if k.endswith(("_first", "_last"))}}
