@@ -79,6 +79,26 @@ def probe_summary() -> dict[str, Any] | None:
             "projected_seconds": round(projected, 3)}
 
 
+#: an index job's encoding probe (a rehearsal's, LightRetriever's ``probe_documents``): the documents
+#: encoded and in all, and the seconds projected for the ones given copies of the encoded ones' vectors
+_ENCODE_PROBE: dict[str, float] = {"run": 0, "of": 0, "seconds": 0.0}
+
+
+def probe_encoded(seconds: float, run: int, of: int) -> None:
+    """An index job encoded ``run`` of its ``of`` documents in ``seconds`` (a cost probe): the other
+    ``of - run`` are projected at the run ones' mean seconds a document."""
+    if run < 1 or of < run:
+        raise ValueError(f"a probe encodes 1 to {of} documents, got {run}")
+    _ENCODE_PROBE.update(run=run, of=of, seconds=seconds / run * (of - run))
+
+
+def _encode_probe_summary() -> dict[str, Any] | None:
+    if not _ENCODE_PROBE["of"] or _ENCODE_PROBE["run"] >= _ENCODE_PROBE["of"]:
+        return None
+    return {"documents_encoded": int(_ENCODE_PROBE["run"]), "documents": int(_ENCODE_PROBE["of"]),
+            "projected_seconds": round(_ENCODE_PROBE["seconds"], 3)}
+
+
 #: the corpora this job holds in memory whole (harness.datasets.store.corpus_by_id and its kin): per
 #: dataset folder name, the documents and their estimated bytes in Python objects, which grow with the
 #: corpus (python -m harness estimate projects them to the profile's corpus)
@@ -116,6 +136,7 @@ def allow_fallbacks(allowed: bool) -> None:
     _FALLBACK.update(allowed=bool(allowed), taken=[])
     _STEPS.update(first=[], later=[], measured=[])
     _PROBE.update(run=0, of=0, step=0.0)
+    _ENCODE_PROBE.update(run=0, of=0, seconds=0.0)
     _HELD.clear()
     _CHILDREN.clear()
     _START.update(job=time.perf_counter(), work=None)
@@ -311,9 +332,10 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
     otherwise every second is spread over its units (a slice's start-up then over-projects, and the
     estimate says so)."""
     out: dict[str, Any] = {"seconds": round(seconds, 3), **peaks()}
-    probe = probe_summary() if stage == "train" else None
-    if probe:   # priced as if the skipped sub-batches had run: the job's seconds stay as measured
-        out["probe"] = {**probe, "measured_step_seconds": [round(x, 3) for x in _STEPS["measured"][:MAX_STEPS_KEPT]]}
+    probe = probe_summary() if stage == "train" else _encode_probe_summary() if stage == "index" else None
+    if probe:   # priced as if the skipped sub-batches (documents) had run: the job's seconds stay as measured
+        out["probe"] = probe if stage == "index" else \
+            {**probe, "measured_step_seconds": [round(x, 3) for x in _STEPS["measured"][:MAX_STEPS_KEPT]]}
         seconds += probe["projected_seconds"]
     field, unit, per = UNITS.get(stage, (None, None, 1))
     if stage == "train" and not info.get(field) and info.get(TRAIN_TOKENS[0]):

@@ -10,6 +10,7 @@ import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from harness.cost import UNITS
@@ -22,6 +23,8 @@ from harness.ledger import log_failures as failures
 PAPER_CONFIG = "configs/profiles/paper.yaml"
 #: the rehearsal overlay: a measured job's config hash is compared with today's rehearsal's
 REHEARSAL_CONFIG = "configs/profiles/rehearsal.yaml"
+#: the profile whose measured jobs the estimate prices (configs/profiles/rehearsal.yaml's ``profile``)
+REHEARSAL = "rehearsal"
 
 
 def _card(cfg: Mapping[str, Any], dataset: str | None) -> tuple[dict[str, Any], Mapping[str, Any]]:
@@ -299,6 +302,37 @@ PAPERS_OWN = {
 }
 
 
+def profile_of(d: Mapping[str, Any]) -> str | None:
+    """The profile a measured job ran under: its meta.json's ``profile``, else (a record written before
+    meta.json named it) the ``results/<profile>/`` folder its inputs were read from; None where neither says."""
+    if d.get("profile"):
+        return str(d["profile"])
+    for value in (d.get("inputs") or {}).values():
+        parts = Path(str(value)).parts
+        if len(parts) > 2 and parts[0] == "results":
+            return parts[1]
+    return None
+
+
+def rehearsal_jobs(root: Any) -> list[dict[str, Any]]:
+    """The measured jobs under ``root`` (:func:`harness.ledger.measured_jobs`; none where it is not a
+    folder); a folder whose jobs ran under another profile than the rehearsal is refused: their costs are
+    of that profile's models and batches (the smoke profile's tiny encoders), not the paper's."""
+    jobs = measured_jobs(root) if Path(root).is_dir() else []
+    other = [d for d in jobs if profile_of(d) not in (None, REHEARSAL)]
+    if other:
+        from harness.errors import DataError
+
+        names = sorted({str(profile_of(d)) for d in other})
+        raise DataError(f"{root}: {len(other)} of its {len(jobs)} measured jobs ran under profile "
+                        f"{', '.join(names)}, not the rehearsal (e.g. {other[0]['_path']}): their costs are of that "
+                        "profile's models and batches, not the paper's",
+                        fix="point --measured at the rehearsal's results folder (default <results_dir>/rehearsal), "
+                            "made by snakemake --cores all reproduce_all --configfile configs/profiles/paper.yaml "
+                            "configs/profiles/rehearsal.yaml")
+    return jobs
+
+
 def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str, Any]] = (),
              other_datasets: bool = True, siblings: bool = True, scaled: bool = True) -> list[dict[str, Any]]:
     """A projected row per job of the plan of ``cfg`` (same stage, id, dataset) measured under ``root``
@@ -311,7 +345,6 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     (:func:`sibling_of`; ``borrowed_from``). ``scaled``: also a row for each variant job that differs
     from its method's own measured job in its backbone alone, its seconds scaled by the backbones'
     matmul parameters (:func:`backbone_scale`; ``scaled_by``: rough, never measured)."""
-    from pathlib import Path
 
     from harness import ledger, plan
     from harness.errors import ConfigError
@@ -319,7 +352,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     p = plan.get(cfg)
     found: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
     steps = step_of(p)
-    local = with_code(measured_jobs(root) if Path(root).is_dir() else [], steps)
+    local = with_code(rehearsal_jobs(root), steps)
     ledger_records = with_code(ledger_records, steps)
     for d in local:
         key = job_key(d)
@@ -605,9 +638,12 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
         row["bound"] = "lower"
     _note_sub_batches(cfg, job, row, d.get("grad_cache_chunk"))
     probe = d["cost"].get("probe")
-    if probe:   # harness.train.grad_cache_step under probe_sub_batches: a step priced from a fraction of it
+    if probe and "sub_batches" in probe:   # harness.train.grad_cache_step under probe_sub_batches: a step priced from a fraction of it
         row["how"] += (f" (its steps projected from {probe['sub_batches_run']:,} of their {probe['sub_batches']:,} "
                        "GradCache sub-batch passes run, the rest at the run ones' mean)")
+    elif probe:   # an index job under probe_documents: its encoding priced from a fraction of its documents
+        row["how"] += (f" (its encoding projected from {probe['documents_encoded']:,} of its {probe['documents']:,} "
+                       "documents encoded, the rest at their mean)")
     row["bytes"] = d.get("bytes")
     row["source"] = d["_source"]
     if now is not None and d.get("config_hash") and d["config_hash"] != now:
@@ -667,11 +703,10 @@ def every_measurement(root: Any, ledger_records: Iterable[Mapping[str, Any]], cf
     """The measured jobs :func:`estimate` chooses from: this machine's under ``root`` (where it exists),
     then the ledgers' (:func:`harness.ledger.measurements`); what :func:`machine_lines` compares. With the
     profile ``cfg``, each with the code it ran (:func:`with_code`)."""
-    from pathlib import Path
 
     from harness import ledger, plan
 
-    found = (measured_jobs(root) if Path(root).is_dir() else []) + ledger.measurements(ledger_records)
+    found = rehearsal_jobs(root) + ledger.measurements(ledger_records)
     return found if cfg is None else with_code(found, step_of(plan.get(cfg)))
 
 
@@ -979,7 +1014,7 @@ def main(argv: list[str]) -> int:
     cfg = load_config(args.config)
     root = args.measured or Path(cfg["results_dir"]) / "rehearsal"
     if args.record:
-        jobs, failed = measured_jobs(root), failures(root)
+        jobs, failed = rehearsal_jobs(root), failures(root)
         if not jobs and not failed:
             raise DataError(f"{root}: no finished or failed rehearsal job to record",
                             fix="run rehearsal jobs first (see --help of python -m harness estimate)")

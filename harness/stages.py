@@ -78,6 +78,7 @@ def run_stage(stage: str, argv: list[str]) -> int:
         write_meta(tmp, Stage(stage).artifact, spec=info.pop("spec", job.id), config_hash=p.hash(job),
                    seconds=time.perf_counter() - t0,
                    extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
+                          "profile": cfg.get("profile"),   # python -m harness estimate prices the rehearsal's alone
                           "code": code_id(str(stage), job.method, job.step),   # the method's source as it ran (harness.ledger.pick)
                           "config_values": p.values(job), "input_hashes": p.input_hashes(job),
                           "inputs": {r: str(v) for r, v in inputs.items()}, "numerics": numerics.describe(mode),

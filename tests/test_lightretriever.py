@@ -304,6 +304,56 @@ def test_encode_precision_bf16_encodes_the_corpus_and_queries_under_autocast(tmp
         cost.allow_fallbacks(False)
 
 
+def test_an_index_probe_encodes_whole_batches_copies_their_vectors_and_projects_the_rest(tmp_path, lora_trained):
+    """``probe_documents`` (the rehearsal's, where encoding a slice with an LLM outlasts a session): the
+    first n documents, in whole encode batches, are encoded as without the probe; every other document
+    takes the vectors (dense and sparse) of an encoded one, cycled; the indexes hold the whole corpus;
+    the job's cost prices the copies at the encoded ones' mean seconds and says so in cost.probe."""
+    import scipy.sparse as sps
+
+    from harness import cost
+    from harness.indexes.faiss_dense import DenseFaissIndex
+    from harness.job import Job
+    from harness.methods.base import Context
+    from harness.methods.lightretriever.index import DENSE_DIR, SPARSE_NPZ
+
+    c, data, model_dir, _ = lora_trained
+    job = Job("index", "lightretriever", "lightretriever", "build", params={"variant": None, "sparse": True})
+    got = {}
+    for probe in (0, 6):
+        cost.allow_fallbacks(False)
+        out = tmp_path / str(probe)
+        out.mkdir()
+        info = lr.build(Context(_cfg_with(c, encode_batch_size=4, probe_documents=probe), "lightretriever", "smoke-ir"),
+                        job, {"data": data, "model": model_dir}, out)
+        idx = DenseFaissIndex.load(out / DENSE_DIR, "Flat").index
+        got[probe] = (info, idx.reconstruct_n(0, idx.ntotal), sps.load_npz(out / SPARSE_NPZ).toarray(),
+                      cost.record("index", info, 10.0))
+    (full, dense, sparse, rec0), (info, pdense, psparse, rec) = got[0], got[6]
+    n = full["documents"]
+    assert n > 8 and info["documents"] == info["sparse_documents_indexed"] == n and info["probe_documents"] == 6
+    assert pdense.shape == dense.shape and psparse.shape == sparse.shape
+    assert np.allclose(pdense[:8], dense[:8], atol=1e-5) and np.allclose(psparse[:8], sparse[:8], atol=1e-4)  # 2 batches of 4
+    src = np.arange(n) % 8
+    assert np.array_equal(pdense, pdense[src]) and np.array_equal(psparse, psparse[src])
+    assert not np.allclose(pdense[8:], dense[8:], atol=1e-3)   # the copies are copies, not the documents' vectors
+    assert "probe" not in rec0
+    p = rec["probe"]
+    assert p["documents_encoded"] == 8 and p["documents"] == n and p["projected_seconds"] > 0
+    priced = 10.0 + p["projected_seconds"] - rec["fixed_seconds"]   # its start-up (the model's load) once
+    assert rec["seconds"] == 10.0 and rec["seconds_per_unit"] == pytest.approx(priced / (n / 1000), abs=1e-2)
+    # sparse_doc_terms (the rehearsal's cap on a random model's dense sparse rows): each row's top terms
+    out = tmp_path / "capped"
+    out.mkdir()
+    info = lr.build(Context(_cfg_with(c, sparse_doc_terms=5), "lightretriever", "smoke-ir"), job,
+                    {"data": data, "model": model_dir}, out)
+    capped = sps.load_npz(out / SPARSE_NPZ).toarray()
+    assert info["sparse_doc_terms"] == 5 and (sparse > 0).sum(1).min() > 5
+    assert ((capped > 0).sum(1) == 5).all()
+    top = -np.sort(-sparse, axis=1)[:, :5]
+    assert np.allclose(-np.sort(-capped, axis=1)[:, :5], top, atol=1e-5)   # the largest five, as they were
+
+
 @pytest.mark.parametrize("variant", [{}, {"p_max_len": 8},
                                      {"dense_query": "full", "dense_doc": "light", "sparse_query": "full",
                                       "sparse_doc": "light", "p_max_len": 8}],

@@ -1269,3 +1269,35 @@ def test_a_probed_train_job_is_priced_with_its_projected_sub_batches_and_says_so
     row = next(r for r in every if r["job"] == "dpr" and r["stage"] == "train")
     assert row["seconds"] == 9.0 + 40.0 * 40 * 460
     assert "projected from 8 of their 16 GradCache sub-batch passes run" in row["how"]
+
+
+def test_the_estimate_refuses_a_results_folder_of_another_profile(tmp_path):
+    """``--measured results/smoke`` would price the paper's jobs at the smoke profile's tiny encoders: a
+    folder whose jobs ran under another profile (meta.json ``profile``; before it was written, the
+    ``results/<profile>/`` its inputs were read from) is refused naming the profile and the fix; the
+    rehearsal's own, and a record that says neither, are read."""
+    import json
+
+    import pytest
+
+    from harness import cost, estimate
+    from harness.config import load_config
+    from harness.errors import DataError
+
+    cost.allow_fallbacks(False)
+    rec = cost.record("train", {"steps": 1}, 5.0)
+    paper = load_config(["configs/profiles/paper.yaml"])
+    meta = tmp_path / "models/dpr/meta.json"
+    meta.parent.mkdir(parents=True)
+    for extra, refused in (({"profile": "smoke"}, "profile smoke"),
+                           ({"inputs": {"data_nq": "results/ci/data/nq"}}, "profile ci"),
+                           ({"profile": "rehearsal", "inputs": {"data_nq": "results/rehearsal/data/nq"}}, None),
+                           ({}, None)):
+        meta.write_text(json.dumps({"kind": "model", "job": "dpr", "cost": rec, **extra}))
+        if refused:
+            with pytest.raises(DataError, match=refused) as e:
+                estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)
+            assert "configs/profiles/rehearsal.yaml" in str(e.value) and str(meta) in str(e.value)
+        else:
+            rows = estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)
+            assert [(r["stage"], r["job"]) for r in rows] == [("train", "dpr")]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from harness.artifacts import write_docids
+from harness import cost
 from harness.cost import startup_done
 from harness.datasets import store
 from harness.indexes import pyserini_env
@@ -26,7 +27,11 @@ DENSE_DIR, SPARSE_DIR, SPARSE_NPZ = "dense", "sparse", "sparse.npz"
 def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str], *, sparse: bool,
                   n: int | None = None):
     """Dense document vectors [N, H] (normalised) and, with ``sparse``, the sparse vectors as a CSR
-    matrix [N, V] (float32, before quantisation); counts truncated documents. ``texts``: a sequence,
+    matrix [N, V] (float32, before quantisation); counts truncated documents (of those encoded).
+    Under a rehearsal's cost probe (``probe_documents`` n > 0) the first n documents (whole batches) are
+    encoded and the others take copies of their vectors, cycled, so that the index is built and searched
+    at the corpus's count; their seconds are projected at the encoded ones' mean
+    (:func:`harness.cost.probe_encoded`, meta.json ``cost.probe``). ``texts``: a sequence,
     or an iterable read a batch at a time with ``n`` its length (a corpus streamed from its file): each
     batch is tokenised as it comes and its vectors written into one preallocated array (MS MARCO's
     8.8M passages: their token ids as Python lists were ~25 GB, and the dense batches beside their
@@ -43,8 +48,20 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
     i, truncated = 0, 0
     dense_m, rows_sp = None, []
     table = model.cache_table(None) if s["dense_doc"] == "light" else None
+    probe, encoded, copied = int(s.get("probe_documents") or 0), None, None
+    t0 = time.perf_counter()
     with torch.inference_mode():
         for batch in counted_batches(texts, n, bs, "encode corpus (lightretriever)", "text"):
+            if probe and i >= probe and dense_m is not None:   # a probe: copies of the encoded documents' vectors
+                if encoded is None:
+                    encoded, seconds = i, time.perf_counter() - t0
+                    copied = sps.vstack(rows_sp).tocsr() if rows_sp else None
+                src = np.arange(i, i + len(batch)) % encoded
+                dense_m[i:i + len(batch)] = dense_m[src]
+                if copied is not None:
+                    rows_sp.append(copied[src])
+                i += len(batch)
+                continue
             full_ids = model.tok([" " + t for t in batch], add_special_tokens=False)["input_ids"]
             truncated += sum(len(x) > maxlen for x in full_ids)
             rows = [list(x[:maxlen]) for x in full_ids]
@@ -67,7 +84,13 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
                     w = model.sparse_vectors(h, mask, len(prefix))
                 else:
                     w = model.counts(rows)
+                cap = s.get("sparse_doc_terms")
+                if cap and w.shape[1] > int(cap):   # each document's top terms (the rehearsal's random weights)
+                    top = w.topk(int(cap), dim=1)
+                    w = torch.zeros_like(w).scatter_(1, top.indices, top.values)
                 rows_sp.append(sps.csr_matrix(w.cpu().numpy()))
+    if encoded is not None:
+        cost.probe_encoded(seconds, encoded, n)
     if dense_m is None:
         dense_m = np.zeros((0, model.hidden), np.float32)
     sp_m = sps.vstack(rows_sp).tocsr() if rows_sp else None
@@ -117,6 +140,8 @@ def build_index(cfg: Mapping[str, Any], inputs: Mapping[str, Path], out: Path, *
     info: dict[str, Any] = {"spec": spec, "documents": len(ids), "dim": int(dense.shape[1]),
                             "truncated_documents": truncated, "p_max_len": int(s["p_max_len"]),
                             "encode_seconds": round(t_enc, 3), "encode_precision": precision,
+                            "probe_documents": int(s.get("probe_documents") or 0),
+                            "sparse_doc_terms": s.get("sparse_doc_terms"),
                             "dense_bytes": int(index.nbytes)}
     if sparse:
         scale = float(s["impact_scale"])
