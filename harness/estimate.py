@@ -469,7 +469,7 @@ def _shape_differences(p: Any, job: Any, ref: Any) -> list[str]:
     mine, main = _model_settings(p, job), _model_settings(p, ref)
     if mine is None or main is None:
         return []
-    return sorted(k for k in SHAPE_SETTINGS if mine.get(k) != main.get(k))
+    return sorted(k for k in SHAPE_SETTINGS if _work(k, mine.get(k)) != _work(k, main.get(k)))
 
 
 def _model_settings(p: Any, job: Any) -> dict[str, Any] | None:
@@ -486,7 +486,11 @@ def _model_settings(p: Any, job: Any) -> dict[str, Any] | None:
             train = p.job("train", refs[0].id, None)
         except ConfigError:
             return None
-    sec = p.cfg["methods"].get(train.method) or {}
+    from harness.methods import METHODS, schema_fragment
+
+    props = (schema_fragment(train.method).get("properties") or {}) if train.method in METHODS else {}
+    sec = {**{k: f["default"] for k, f in props.items() if isinstance(f, Mapping) and "default" in f},   # the schema's
+           **(p.cfg["methods"].get(train.method) or {})}
     v = train.params.get("variant")
     if v is None:
         return dict(sec)
@@ -512,6 +516,17 @@ SHAPE_SETTINGS = frozenset({
     "backbone", "batch_size", "hard_negatives", "q_max_len", "p_max_len", "max_len", "grad_accum", "schedule",
     "training_data", "train_dataset", "train_datasets", "dense_query", "dense_doc", "sparse_query", "sparse_doc",
     "grad_cache_chunk", "codes", "index", "spec"})
+#: :data:`SHAPE_SETTINGS` values that do the same work per unit as another value: a binary sparse query
+#: is the token counts' positions at value 1 (LightRetriever's Table 4 'binary' trains, indexes and
+#: searches as its main model does)
+SAME_WORK = {"sparse_query": {"binary": "counts"}}
+
+
+def _work(key: str, value: Any) -> Any:
+    """``value`` of setting ``key`` as the work it does (:data:`SAME_WORK`)."""
+    return SAME_WORK.get(key, {}).get(value, value) if isinstance(value, str) else value
+
+
 #: job parameters that name a variant (or the initial checkpoint) rather than change its step's work
 _NAMING_PARAMS = frozenset({"variant", "ablation", "init", "learning_twin_of"})
 
@@ -597,7 +612,10 @@ def _varied(p: Any, job: Any) -> tuple[str | None, str]:
     mine = {k: v for k, v in p.values(job).items() if ".variants." in k and isinstance(v, Mapping)}
     set_ = sorted({s for v in mine.values() for s in v})
     # an index or search job hashes its model's variant settings through its input: compare the models'
-    shape = sorted(SHAPE_SETTINGS & set(set_)) or _shape_differences(p, job, ref)
+    own = {k: v for d in mine.values() for k, v in d.items()}
+    main = _model_settings(p, ref) or {}
+    shape = sorted(k for k in SHAPE_SETTINGS & set(set_) if _work(k, own[k]) != _work(k, main.get(k))) \
+        or _shape_differences(p, job, ref)
     if shape:
         return None, f"its variant sets {', '.join(shape)}"
     if job.params.get("init"):

@@ -120,4 +120,4 @@ def run_fusion(ctx: Any, job: Job, inputs: Mapping[str, Path], out: Path) -> dic
     fused = fuse(runs, how, k=ctx.cfg["evaluate"]["depth"], **p)
     write_run_with_meta(out / f"{job.systems[0]}.trec", fused, system=job.systems[0],
                         meta={"dataset": job.dataset, "fusion": how, "runs": job.params["runs"], **p})
-    return {"fusion": how}
+    return {"fusion": how, "queries": len(fused)}   # its cost per query (python -m harness estimate)

@@ -97,3 +97,25 @@ def test_fusion_job_carries_weights_as_a_param():
     assert job.params == {"how": "rrf", "runs": ["qcr-codes", "qcr-dense"], "weights": [3.0, 1.0], "rrf_k": 60}
     plain = fusion_job("qcr-hybrid", "qcr", "nq", ["qcr-codes", "qcr-dense"], "rrf")
     assert "weights" not in plain.params  # unweighted jobs hash as before
+
+
+def test_a_fusion_job_counts_its_queries_for_its_cost(tmp_path):
+    """run_fusion reports the fused run's queries (the union of its runs'): meta.json's cost is then
+    per query, as a search's is (python -m harness estimate prices the profile's queries from it)."""
+    from types import SimpleNamespace
+
+    from harness import cost
+    from harness.fusion import run_fusion
+    from harness.runs import read_run, write_run
+
+    job = fusion_job("qcr-hybrid", "qcr", "nq", ["qcr-codes", "qcr-dense"], "rrf")
+    for i, (system, run) in enumerate((("qcr-codes", A), ("qcr-dense", {**B, "q3": [("e", 1.0)]}))):
+        (tmp_path / f"r{i}").mkdir()
+        write_run(tmp_path / f"r{i}" / f"{system}.trec", run, system)
+    (tmp_path / "out").mkdir()
+    info = run_fusion(SimpleNamespace(cfg={"evaluate": {"depth": 10}}), job,
+                      {"run_0": tmp_path / "r0", "run_1": tmp_path / "r1"}, tmp_path / "out")
+    assert info["queries"] == 3 == len(read_run(tmp_path / "out" / "qcr-hybrid.trec"))
+    cost.allow_fallbacks(False)
+    rec = cost.record("search", info, 0.3)
+    assert rec["unit"] == "query" and rec["seconds_per_unit"] == pytest.approx(0.1)

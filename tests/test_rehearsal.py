@@ -824,6 +824,13 @@ def test_a_variant_or_init_twin_is_priced_from_the_job_it_varies_only_where_its_
     assert sib("train", "lightretriever.llama-8b", None)[0] is None
     assert sib("index", "dpr.hnsw", "nq")[0] is None and sib("train", "bpr", None) == (None, "not a variant")
     assert sib("search", "densephrases.qs", "nq")[0] is None  # it searches one index of the two
+    # LightRetriever's binary sparse queries (Table 4) do the counts' work: its model, index and search are
+    # priced from the main model's; its qfull-dlight and direct-emb encode other things
+    assert sib("train", "lightretriever.binary", None) == ("lightretriever", "its variant sets sparse_query")
+    assert sib("index", "lightretriever.binary", "scifact")[0] == "lightretriever"
+    assert sib("search", "lightretriever.binary", "scifact")[0] == "lightretriever"
+    assert sib("train", "lightretriever.qfull-dlight", None)[0] is None
+    assert sib("train", "lightretriever.direct-emb", None) == (None, "its variant sets dense_query")
 
     cost.allow_fallbacks(False)
     for folder, meta in {"models/bpr": {"kind": "model", "job": "bpr", "cost": cost.record("train", {"steps": 2}, 30.0)},
