@@ -65,6 +65,8 @@ PRELOAD = ("numpy", "torch", "transformers", "transformers.modeling_utils",
            "scipy.sparse", "scipy.stats", "sympy", "accelerate", "numba", "faiss", "peft")
 #: how long a job waits for a server that another job (or it) started to listen, before running cold
 AWAIT_S = 60.0
+#: seconds a client waits, after its job's status, for the child to have exited (:func:`_await_exit`)
+EXIT_WAIT_S = 60.0
 #: the commands a server runs, each with the option that makes it one job of a run: a plan job's
 #: (``--job``: they load models) and a rendered table's (``--paper``: the learning check's paired
 #: tests import scipy.stats, half of a cold table job). Every other command runs cold.
@@ -222,11 +224,25 @@ def run(argv: list[str]) -> int | None:
     try:
         if _recv_exact(sock, 1) != b"X":
             return 1
-        return struct.unpack("!i", _recv_exact(sock, 4))[0]
+        rc = struct.unpack("!i", _recv_exact(sock, 4))[0]
+        _await_exit(sock)
+        return rc
     except ConnectionError:  # the child died without a status (killed)
         return 1
     finally:
         sock.close()
+
+
+def _await_exit(sock: socket.socket, limit_s: float = EXIT_WAIT_S) -> None:
+    """Return once the child at the other end of ``sock`` has exited (the kernel closes its end after
+    releasing its memory), or after ``limit_s``. The child sends its status, then exits: a client that
+    returned at the status let Snakemake start the next job while a large one was still exiting, and the
+    next job's memory guard (harness.cost.memory_guard) read the machine's available memory then (the
+    rehearsal: a job that failed holding 20.4 GiB, and the next capped at 11.5 GiB, out of memory at 10.6)."""
+    sock.settimeout(limit_s)
+    with contextlib.suppress(OSError):
+        while sock.recv(4096):
+            pass
 
 
 # --------------------------------------------------------------------------- server

@@ -103,3 +103,30 @@ def test_preloading_starts_no_thread_a_fork_would_lose(repo):
     assert after == base, f"preloading {warm.PRELOAD} started {int(after) - int(base)} thread(s)"
     assert {"torch", "transformers.modeling_utils", "transformers.models.bert.modeling_bert"} <= set(done)
     assert not {"pyserini", "jnius", "pandas"} & set(done)
+
+
+def test_a_client_returns_once_its_child_has_exited_not_at_its_status():
+    """The child sends its status and then exits; the client waits for its end of the socket to close
+    (at exit, after its memory is released) so that the next job's memory guard sees that memory free.
+    A child that holds on past the limit is not waited for beyond it."""
+    import socket
+    import time
+
+    for linger, limit, waited in ((1.0, 30.0, True), (30.0, 0.5, False)):
+        ours, theirs = socket.socketpair()
+        child = subprocess.Popen([sys.executable, "-c", f"import os, socket, time; s = socket.socket(fileno={theirs.fileno()}); "
+                                  f"s.sendall(b'X'); time.sleep({linger})"], pass_fds=[theirs.fileno()])
+        theirs.close()
+        try:
+            assert ours.recv(1) == b"X"
+            t0 = time.perf_counter()
+            warm._await_exit(ours, limit)
+            took = time.perf_counter() - t0
+            if waited:
+                assert took > 0.5 and child.wait(timeout=5) == 0, took
+            else:
+                assert took < 10 and child.poll() is None, took
+        finally:
+            child.kill()
+            child.wait()
+            ours.close()
