@@ -314,12 +314,13 @@ def profile_of(d: Mapping[str, Any]) -> str | None:
     return None
 
 
-def rehearsal_jobs(root: Any) -> list[dict[str, Any]]:
+def rehearsal_jobs(root: Any, profile: str | None = None) -> list[dict[str, Any]]:
     """The measured jobs under ``root`` (:func:`harness.ledger.measured_jobs`; none where it is not a
-    folder); a folder whose jobs ran under another profile than the rehearsal is refused: their costs are
-    of that profile's models and batches (the smoke profile's tiny encoders), not the paper's."""
+    folder) that price the jobs of ``profile`` (default: the paper's): a folder whose jobs ran under
+    another profile than the rehearsal or ``profile`` itself is refused, their costs being of that
+    profile's models and batches (the smoke profile's tiny encoders, not the paper's)."""
     jobs = measured_jobs(root) if Path(root).is_dir() else []
-    other = [d for d in jobs if profile_of(d) not in (None, REHEARSAL)]
+    other = [d for d in jobs if profile_of(d) not in (None, REHEARSAL, profile or "paper")]
     if other:
         from harness.errors import DataError
 
@@ -352,7 +353,7 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     p = plan.get(cfg)
     found: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
     steps = step_of(p)
-    local = with_code(rehearsal_jobs(root), steps)
+    local = with_code(rehearsal_jobs(root, cfg.get("profile")), steps)
     ledger_records = with_code(ledger_records, steps)
     for d in local:
         key = job_key(d)
@@ -724,7 +725,7 @@ def every_measurement(root: Any, ledger_records: Iterable[Mapping[str, Any]], cf
 
     from harness import ledger, plan
 
-    found = rehearsal_jobs(root) + ledger.measurements(ledger_records)
+    found = rehearsal_jobs(root, None if cfg is None else cfg.get("profile")) + ledger.measurements(ledger_records)
     return found if cfg is None else with_code(found, step_of(plan.get(cfg)))
 
 
@@ -1032,7 +1033,7 @@ def main(argv: list[str]) -> int:
     cfg = load_config(args.config)
     root = args.measured or Path(cfg["results_dir"]) / "rehearsal"
     if args.record:
-        jobs, failed = rehearsal_jobs(root), failures(root)
+        jobs, failed = rehearsal_jobs(root, cfg.get("profile")), failures(root)
         if not jobs and not failed:
             raise DataError(f"{root}: no finished or failed rehearsal job to record",
                             fix="run rehearsal jobs first (see --help of python -m harness estimate)")

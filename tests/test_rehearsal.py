@@ -1282,7 +1282,8 @@ def test_the_estimate_refuses_a_results_folder_of_another_profile(tmp_path):
     """``--measured results/smoke`` would price the paper's jobs at the smoke profile's tiny encoders: a
     folder whose jobs ran under another profile (meta.json ``profile``; before it was written, the
     ``results/<profile>/`` its inputs were read from) is refused naming the profile and the fix; the
-    rehearsal's own, and a record that says neither, are read."""
+    rehearsal's own, the paper profile's, and a record that says neither, are read; the smoke profile's
+    estimate reads the smoke profile's jobs (scripts/rehearsal_gpu.sh's test)."""
     import json
 
     import pytest
@@ -1299,7 +1300,7 @@ def test_the_estimate_refuses_a_results_folder_of_another_profile(tmp_path):
     for extra, refused in (({"profile": "smoke"}, "profile smoke"),
                            ({"inputs": {"data_nq": "results/ci/data/nq"}}, "profile ci"),
                            ({"profile": "rehearsal", "inputs": {"data_nq": "results/rehearsal/data/nq"}}, None),
-                           ({}, None)):
+                           ({"profile": "paper"}, None), ({}, None)):
         meta.write_text(json.dumps({"kind": "model", "job": "dpr", "cost": rec, **extra}))
         if refused:
             with pytest.raises(DataError, match=refused) as e:
@@ -1308,3 +1309,5 @@ def test_the_estimate_refuses_a_results_folder_of_another_profile(tmp_path):
         else:
             rows = estimate.estimate(paper, tmp_path, other_datasets=False, siblings=False)
             assert [(r["stage"], r["job"]) for r in rows] == [("train", "dpr")]
+    meta.write_text(json.dumps({"kind": "model", "job": "dpr", "cost": rec, "profile": "smoke"}))
+    assert len(estimate.rehearsal_jobs(tmp_path, "smoke")) == 1
