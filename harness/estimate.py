@@ -487,11 +487,12 @@ def _model_settings(p: Any, job: Any) -> dict[str, Any] | None:
             train = p.job("train", refs[0].id, None)
         except ConfigError:
             return None
-    from harness.methods import METHODS, schema_fragment
+    from harness.methods import METHODS, method_module
+    from harness.settings import fragment_defaults
 
-    props = (schema_fragment(train.method).get("properties") or {}) if train.method in METHODS else {}
-    sec = {**{k: f["default"] for k, f in props.items() if isinstance(f, Mapping) and "default" in f},   # the schema's
-           **(p.cfg["methods"].get(train.method) or {})}
+    module = method_module(train.method) if train.method in METHODS else None
+    defaults = fragment_defaults(module.__file__, module.SCHEMA) if module else {}   # the schema's
+    sec = {**defaults, **(p.cfg["methods"].get(train.method) or {})}
     v = train.params.get("variant")
     if v is None:
         return dict(sec)
