@@ -406,8 +406,11 @@ def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cf
     assert graph0 and not graph1  # chunk 5 ran the GradCache step (its own backward, a detached loss)
     assert l0 == pytest.approx(l1, rel=1e-5) and p0.keys() == p1.keys() and {"base", "dense", "sparse", "kl"} <= set(p0)
     assert g0.keys() == g1.keys() and len(g0) > 0
-    for n in g0:
-        assert torch.allclose(g0[n], g1[n], rtol=1e-4, atol=1e-6), (n, (g0[n] - g1[n]).abs().max())
+    for n in g0:   # to float32 rounding of the tensor's own scale: the two sum in different orders, and the
+        # order (the kernels' blocking) differs between CPUs (an AVX2 EPYC: 2.9e-6 off an element of a tensor up
+        # to 5.6); a lost or doubled term moves the gradient by its own size
+        err, scale = float((g0[n] - g1[n]).abs().max()), float(g0[n].abs().max())
+        assert err <= 1e-5 * scale + 1e-7, (n, err, scale)
 
 
 def test_small_queries_each_evaluation_set_with_an_instruction_it_trains_on_and_ci_is_unchanged():
