@@ -93,7 +93,9 @@ def probe_encoded(seconds: float, run: int, of: int) -> None:
 
 
 def _encode_probe_summary() -> dict[str, Any] | None:
-    if not _ENCODE_PROBE["of"] or _ENCODE_PROBE["run"] >= _ENCODE_PROBE["of"]:
+    """What the job's encoding probe encoded and projected (None without one; a probe always projects
+    some documents: it starts copying only where documents remain), for its meta.json."""
+    if not _ENCODE_PROBE["of"]:
         return None
     return {"documents_encoded": int(_ENCODE_PROBE["run"]), "documents": int(_ENCODE_PROBE["of"]),
             "projected_seconds": round(_ENCODE_PROBE["seconds"], 3)}

@@ -393,7 +393,8 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
         if not siblings or key in priced:
             continue
-        base, differs = sibling_of(p, job, priced)
+        less: list[str] = []
+        base, differs = sibling_of(p, job, priced, less)
         if base is None:
             continue
         src = priced.get((job.stage, base, job.dataset))  # measured, or projected from another dataset
@@ -401,8 +402,13 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
             continue
         ds = src.get("measured_on_dataset") or job.dataset
         row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)), prefer)
+        same = "" if _is_fusion(job) else "the same step on the same encoder shape, "
         row["how"] += (f" (per-unit cost of {job.stage} {base}" + (f" measured on {ds}" if ds != job.dataset else "")
-                       + f": the same step on the same encoder shape, {differs})")
+                       + f": {same}{differs})")
+        if less:   # it does part of that job's work (AT_MOST)
+            row["how"] += (f" (it does at most that job's work, {'; '.join(less)}: an upper bound"
+                           + (", beside the lower bound above: neither" if row.get("bound") == "lower" else "") + ")")
+            row["bound"] = "upper" if row.get("bound") != "lower" else None
         row["borrowed_from"] = base
         row.pop("stale", None)  # said of the job measured, in its own row
         row.pop("older_code", None)
@@ -465,12 +471,29 @@ def backbone_scale(p: Any, job: Any) -> tuple[str | None, float, str]:
                            f"{main['backbone']}'s ({b / 1e9:.2f}B): forward FLOPs per token")
 
 
-def _shape_differences(p: Any, job: Any, ref: Any) -> list[str]:
-    """The :data:`SHAPE_SETTINGS` in which the model ``job`` trains or reads differs from ``ref``'s."""
+def _shape_differences(p: Any, job: Any, ref: Any, upper: list[str] | None = None) -> list[str]:
+    """The :data:`SHAPE_SETTINGS` of ``job``'s stage (:func:`_stage_shape`) in which the model ``job``
+    trains or reads differs from ``ref``'s; with ``upper``, a difference in which ``job``'s value does
+    at most ``ref``'s work (:data:`AT_MOST`) is appended there instead."""
     mine, main = _model_settings(p, job), _model_settings(p, ref)
     if mine is None or main is None:
         return []
-    return sorted(k for k in SHAPE_SETTINGS if _work(k, mine.get(k)) != _work(k, main.get(k)))
+    return _differing(_stage_shape(job.stage), mine, main, upper)
+
+
+def _differing(keys: Iterable[str], mine: Mapping[str, Any], main: Mapping[str, Any],
+               upper: list[str] | None = None) -> list[str]:
+    """The ``keys`` whose values differ in work between ``mine`` and ``main`` (:func:`_work`); with
+    ``upper``, those where ``mine`` does at most ``main``'s work go there instead (:func:`_at_most`)."""
+    out = []
+    for k in sorted(keys):
+        if _work(k, mine.get(k)) == _work(k, main.get(k)):
+            continue
+        if upper is not None and _at_most(k, mine.get(k), main.get(k)):
+            upper.append(f"{k}: {mine.get(k)}, where it is {main.get(k)}")
+        else:
+            out.append(k)
+    return out
 
 
 def _model_settings(p: Any, job: Any) -> dict[str, Any] | None:
@@ -522,6 +545,14 @@ SHAPE_SETTINGS = frozenset({
 #: is the token counts' positions at value 1 (LightRetriever's Table 4 'binary' trains, indexes and
 #: searches as its main model does)
 SAME_WORK = {"sparse_query": {"binary": "counts"}}
+#: setting and job-parameter values that do at most another value's work: a job differing from its
+#: reference in these alone is priced from it, an upper bound. LightRetriever's Table 4 'Direct Emb
+#: Layer' queries are input-embedding rows, where its light queries build the tokens' cached vectors
+#: (an LLM pass per distinct query token); an index job with ``sparse: false`` encodes and writes the
+#: dense side alone, where the main model's builds the impact index and the sparse matrix too
+AT_MOST = {"dense_query": {"embedding": "light"}, "sparse": {False: True}}
+#: settings of the model's query side only: an index job encodes no query, so they do not change its work
+QUERY_SIDE = frozenset({"dense_query", "sparse_query", "q_max_len"})
 
 
 def _work(key: str, value: Any) -> Any:
@@ -529,28 +560,86 @@ def _work(key: str, value: Any) -> Any:
     return SAME_WORK.get(key, {}).get(value, value) if isinstance(value, str) else value
 
 
+def _at_most(key: str, mine: Any, ref: Any) -> bool:
+    """Whether value ``mine`` of setting (or parameter) ``key`` does at most ``ref``'s work (:data:`AT_MOST`)."""
+    try:
+        return AT_MOST.get(key, {}).get(mine, _NO) == ref
+    except TypeError:   # an unhashable value (a list): not in the table
+        return False
+
+
+_NO = object()
+
+
+def _stage_shape(stage: str) -> frozenset[str]:
+    """The :data:`SHAPE_SETTINGS` that change the work of a job of ``stage`` (an index: not the query side's)."""
+    return SHAPE_SETTINGS - QUERY_SIDE if str(stage) == "index" else SHAPE_SETTINGS
+
+
 #: job parameters that name a variant (or the initial checkpoint) rather than change its step's work
 _NAMING_PARAMS = frozenset({"variant", "ablation", "init", "learning_twin_of"})
 
 
-def sibling_of(p: Any, job: Any, priced: Any = ()) -> tuple[str | None, str]:
+def sibling_of(p: Any, job: Any, priced: Any = (), upper: list[str] | None = None) -> tuple[str | None, str]:
     """(the id of the job ``job`` varies, how they differ) where a measured cost of that job prices
     ``job``'s units too: ``job`` is a variant (``bpr.a0``, ``svdr.abl-m1``: the method's own job) or
     an ``@init`` twin (``dpr@init``, ``svdr.emb@init``: the id without ``@init``) of the same stage
     and dataset, running the same step over inputs of the same kinds with the same parameters (but
-    those naming it), and its variant settings touch none of :data:`SHAPE_SETTINGS`. Else, or where
-    that job is not in ``priced`` ((stage, id, dataset) keys), for an index or search job: another
-    variant's job in ``priced`` whose models differ from this one's in training alone
-    (:func:`same_start`; QCR's grid model ``grid-b1k1`` indexes as ``grid-b0k1`` does: batch 2,048
-    or 256, K 250 both). (None, why not) otherwise. QCR's grid models train at other batch sizes and
-    codes: their training is never priced from another's."""
-    base, why = _varied(p, job)
+    those naming it), and its variant settings touch none of :data:`SHAPE_SETTINGS` of its stage
+    (an index's: not the query side's, :data:`QUERY_SIDE`). With ``upper`` (a list), also where
+    ``job`` differs in settings or parameters that do at most that job's work (:data:`AT_MOST`),
+    listed there: the price is then an upper bound. Else, or where that job is not in ``priced``
+    ((stage, id, dataset) keys), for an index or search job: another variant's job in ``priced``
+    whose models differ from this one's in training alone (:func:`same_start`; QCR's grid model
+    ``grid-b1k1`` indexes as ``grid-b0k1`` does: batch 2,048 or 256, K 250 both); for a fusion job,
+    another fusion job in ``priced`` that fuses as many runs the same way (:func:`same_fusion`).
+    (None, why not) otherwise. QCR's grid models train at other batch sizes and codes: their
+    training is never priced from another's."""
+    less: list[str] = []
+    base, why = _varied(p, job, less if upper is not None else None)
     unpriced = base is None or priced and (job.stage, base, job.dataset) not in priced
     if unpriced and job.stage in ("index", "search"):
         for other in same_start(p, job):
             if (job.stage, other, job.dataset) in priced:
                 return other, f"its models differ from {other}'s in training alone"
+        other, how = same_fusion(p, job, priced)
+        if other is not None:
+            return other, how
+    if upper is not None and base is not None:
+        upper.extend(less)
     return base, why
+
+
+def _is_fusion(job: Any) -> bool:
+    """Whether ``job`` is a fusion job (:func:`harness.fusion.fusion_job`)."""
+    return job.module == "harness.fusion"
+
+
+def same_fusion(p: Any, job: Any, priced: Any) -> tuple[str | None, str]:
+    """(a fusion job in ``priced`` of ``job``'s dataset that fuses as many runs the same way, ``how``;
+    the method's own first), where ``job`` is a fusion job (:func:`harness.fusion.fusion_job`): its
+    work per query is reading its runs (the profile's depth each) and combining their scores, whatever
+    models wrote them (LightRetriever's variants' ``<variant>-hybrid`` interpolations as its own
+    ``hybrid``). (None, why not) otherwise."""
+    from harness.errors import ConfigError
+
+    if not _is_fusion(job):
+        return None, "not a fusion job"
+    what = (job.params.get("how"), len(job.params.get("runs") or ()))
+    found = []
+    for stage, other, dataset in priced:
+        if stage != job.stage or dataset != job.dataset or other == job.id:
+            continue
+        try:
+            o = p.job(stage, other, dataset)
+        except ConfigError:
+            continue
+        if _is_fusion(o) and (o.params.get("how"), len(o.params.get("runs") or ())) == what:
+            found.append((o.method != job.method, other))
+    if not found:
+        return None, f"no fusion job priced that fuses {what[1]} runs by {what[0]}"
+    other = min(found)[1]
+    return other, f"the same fusion ({what[0]} of {what[1]} runs) per query, whatever models wrote its runs"
 
 
 def same_start(p: Any, job: Any) -> list[str]:
@@ -597,7 +686,9 @@ def _same_step(a: Any, b: Any) -> bool:
     return a.step == b.step and {n: r.kind for n, r in a.inputs.items()} == {n: r.kind for n, r in b.inputs.items()}
 
 
-def _varied(p: Any, job: Any) -> tuple[str | None, str]:
+def _varied(p: Any, job: Any, upper: list[str] | None = None) -> tuple[str | None, str]:
+    """(the job ``job`` varies, how) as :func:`sibling_of` says; where ``job`` does at most its work in
+    a setting or parameter (:data:`AT_MOST`), that difference is appended to ``upper``."""
     from harness.errors import ConfigError
 
     base = job.id.replace(INIT, "") if INIT in job.id else job.method
@@ -609,17 +700,27 @@ def _varied(p: Any, job: Any) -> tuple[str | None, str]:
         return None, f"no {job.stage} job {base}"
     if not _same_step(ref, job):
         return None, f"another step than {job.stage} {base}'s"
-    if _params(job) != _params(ref) or str(job.params.get("variant") or "").startswith("grid-"):
+    less: list[str] = []
+    mine_p, ref_p = _params(job), _params(ref)
+    if (_differing(set(mine_p) | set(ref_p), mine_p, ref_p, less)
+            or str(job.params.get("variant") or "").startswith("grid-")):
         return None, f"other parameters than {job.stage} {base}'s"
     mine = {k: v for k, v in p.values(job).items() if ".variants." in k and isinstance(v, Mapping)}
     set_ = sorted({s for v in mine.values() for s in v})
     # an index or search job hashes its model's variant settings through its input: compare the models'
     own = {k: v for d in mine.values() for k, v in d.items()}
     main = _model_settings(p, ref) or {}
-    shape = sorted(k for k in SHAPE_SETTINGS & set(set_) if _work(k, own[k]) != _work(k, main.get(k))) \
-        or _shape_differences(p, job, ref)
+    shape = _differing(_stage_shape(job.stage) & set(set_), own, main, less)
+    if not shape:   # the effective settings (a variant_overrides or the schema's default may differ too)
+        mine_m = _model_settings(p, job)
+        shape = _differing(_stage_shape(job.stage), mine_m, main, less) if mine_m is not None and main else []
     if shape:
         return None, f"its variant sets {', '.join(shape)}"
+    less = list(dict.fromkeys(less))
+    if less and upper is None:
+        return None, f"less work than {job.stage} {base}'s: {', '.join(less)}"
+    if upper is not None:
+        upper.extend(less)
     if job.params.get("init"):
         return base, "the initial checkpoint: one step"
     if INIT in job.id:
@@ -839,6 +940,7 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     cpu_h = sum(r["seconds"] for r in known if not r.get("gpu_job")) / 3600
     sized = [r["disk_gib"] for r in rows if r.get("disk_gib") is not None]
     lower = [r for r in known if r.get("bound") == "lower"]
+    upper = [r for r in known if r.get("bound") == "upper"]
     twins = [r for r in known if INIT in r["job"]]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
@@ -856,6 +958,7 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
             "gpu_peak_gib": max(dev, default=None), "disk_gib": sum(sized), "disk_jobs": len(sized),
             "host_projected_gib": max(projected_host, default=None), "holding_jobs": len(projected_host),
             "lower_bounds": len(lower), "lower_bound_hours": sum(r["seconds"] for r in lower) / 3600,
+            "upper_bounds": len(upper), "upper_bound_hours": sum(r["seconds"] for r in upper) / 3600,
             # the learning check's controls: each checked model's initial checkpoint, indexed and searched
             "init_twins": len(twins), "init_twin_hours": sum(r["seconds"] for r in twins) / 3600,
             "init_twin_disk_gib": sum(r["disk_gib"] or 0.0 for r in twins)}
@@ -963,7 +1066,10 @@ def summary(t: Mapping[str, Any]) -> list[str]:
             + (f"; {t['lower_bounds']} jobs ({t['lower_bound_hours']:,.1f} h) are lower bounds (searches measured "
                f"against a slice's index, far smaller than the profile's corpus; an IVF trained with fewer lists; an HNSW "
                f"graph built over a slice; measure jobs, as measured on the slices)"
-               if t["lower_bounds"] else ""),
+               if t["lower_bounds"] else "")
+            + (f"; {t['upper_bounds']} jobs ({t['upper_bound_hours']:,.1f} h) are upper bounds (priced from a job that "
+               f"does more: a dense-only index from one that also builds the sparse side; input-embedding queries "
+               f"from cached-vector ones)" if t.get("upper_bounds") else ""),
             f"GPU jobs (the profile books a GPU) measured on a GPU: {t['gpu_hours']:,.1f} GPU-hours; on {t['gpus']} "
             f"GPUs at best {t['gpu_wall_hours']:,.1f} hours wall (no dependency waits)",
             *([f"GPU jobs measured on a CPU (device_fallback): {t['gpu_jobs_on_cpu']} job(s), "

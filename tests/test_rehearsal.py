@@ -830,7 +830,8 @@ def test_a_variant_or_init_twin_is_priced_from_the_job_it_varies_only_where_its_
     assert sib("index", "lightretriever.binary", "scifact")[0] == "lightretriever"
     assert sib("search", "lightretriever.binary", "scifact")[0] == "lightretriever"
     assert sib("train", "lightretriever.qfull-dlight", None)[0] is None
-    assert sib("train", "lightretriever.direct-emb", None) == (None, "its variant sets dense_query")
+    assert sib("train", "lightretriever.direct-emb", None) == \
+        (None, "less work than train lightretriever's: dense_query: embedding, where it is light")   # unless asked
 
     cost.allow_fallbacks(False)
     for folder, meta in {"models/bpr": {"kind": "model", "job": "bpr", "cost": cost.record("train", {"steps": 2}, 30.0)},
@@ -857,6 +858,71 @@ def test_a_variant_or_init_twin_is_priced_from_the_job_it_varies_only_where_its_
     assert lines[0].startswith("jobs measured: 2 (and 9 variant and @init jobs from the per-unit cost of the job they vary")
     assert any(x.startswith("of which the learning check's initial checkpoints (the @init twins") for x in lines)
 
+
+def test_a_fusion_is_priced_from_a_fusion_of_the_same_kind_and_a_job_doing_less_as_an_upper_bound(tmp_path):
+    """LightRetriever's variants' hybrids interpolate two runs per query as its own hybrid does,
+    whatever models wrote them: one measured hybrid prices them (QCR's RRF fusions, another kind, are
+    not). Its dense-only variant indexes (``sparse: false``) encode what the main model's index encodes
+    without its sparse side, and an index encodes no query (``dense_query`` is the query side's): they
+    are priced from the main model's index as upper bounds, and only when the caller asks for them.
+    Direct-Emb's search looks its queries up in the input embedding, where the main model's builds its
+    query tokens' cached vectors: at most its work. Doc-Light's index (documents' light vectors) is
+    another step's work: not priced."""
+    import json
+
+    from harness import cost, estimate, plan
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    p = plan.get(paper)
+    measured = {("search", "lightretriever.hybrid", "scifact"), ("index", "lightretriever", "scifact"),
+                ("search", "lightretriever", "scifact"), ("search", "bm25", "scifact")}
+    job = lambda *key: p.job(*key)  # noqa: E731
+    assert estimate.same_fusion(p, job("search", "lightretriever.qwen-7b-hybrid", "scifact"), measured) == \
+        ("lightretriever.hybrid", "the same fusion (interpolate of 2 runs) per query, whatever models wrote its runs")
+    assert estimate.sibling_of(p, job("search", "lightretriever.nokl-hybrid", "scifact"), measured)[0] == "lightretriever.hybrid"
+    assert estimate.same_fusion(p, job("search", "qcr.rrf", "scifact"), measured) == \
+        (None, "no fusion job priced that fuses 2 runs by rrf")
+    assert estimate.same_fusion(p, job("search", "lightretriever", "scifact"), measured) == (None, "not a fusion job")
+    assert estimate.same_fusion(p, job("search", "lightretriever.nokl-hybrid", "fiqa"), measured)[0] is None  # other dataset
+
+    less: list[str] = []
+    assert estimate.sibling_of(p, job("index", "lightretriever.mrl", "scifact"), measured, less)[0] == "lightretriever"
+    assert less == ["sparse: False, where it is True"]
+    assert estimate.sibling_of(p, job("index", "lightretriever.mrl", "scifact"), measured) == \
+        (None, "less work than index lightretriever's: sparse: False, where it is True")   # strict unless asked
+    less = []
+    assert estimate.sibling_of(p, job("index", "lightretriever.direct-emb", "scifact"), measured, less)[0] == "lightretriever"
+    assert less == ["sparse: False, where it is True"]   # dense_query: the query side's, not the index's
+    less = []
+    assert estimate.sibling_of(p, job("search", "lightretriever.direct-emb", "scifact"), measured, less)[0] == "lightretriever"
+    assert less == ["dense_query: embedding, where it is light"]
+    less = []
+    assert estimate.sibling_of(p, job("index", "lightretriever.light-both", "scifact"), measured, less) == \
+        (None, "its variant sets dense_doc") and less == []
+    assert estimate.sibling_of(p, job("index", "lightretriever.qfull-dlight", "scifact"), measured, [])[0] is None
+    assert estimate.sibling_of(p, job("search", "lightretriever.qfull-dlight", "scifact"), measured, [])[0] is None
+
+    cost.allow_fallbacks(False)
+    for folder, meta in {"indexes/lightretriever/scifact": {"kind": "index", "job": "lightretriever", "dataset": "scifact",
+                                                            "bytes": 10**6, "cost": cost.record("index", {"documents": 500}, 10.0)},
+                         "runs/scifact/lightretriever.hybrid": {"kind": "run", "job": "lightretriever.hybrid",
+                                                                "dataset": "scifact",
+                                                                "cost": cost.record("search", {"queries": 30}, 0.3)}}.items():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "meta.json").write_text(json.dumps(meta))
+    rows = {(r["stage"], r["job"], r["dataset"]): r for r in estimate.estimate(paper, tmp_path, other_datasets=False)}
+    main, mrl = rows["index", "lightretriever", "scifact"], rows["index", "lightretriever.mrl", "scifact"]
+    assert mrl["seconds"] == pytest.approx(main["seconds"]) and mrl["bound"] == "upper" and main.get("bound") is None
+    assert "(it does at most that job's work, sparse: False, where it is True: an upper bound)" in mrl["how"]
+    hyb, var = rows["search", "lightretriever.hybrid", "scifact"], rows["search", "lightretriever.qwen-7b-hybrid", "scifact"]
+    assert var["seconds"] == pytest.approx(hyb["seconds"]) and var["borrowed_from"] == "lightretriever.hybrid"
+    assert "the same step on the same encoder shape" not in var["how"] and not var.get("bound")
+    assert ("index", "lightretriever.light-both", "scifact") not in rows and ("search", "qcr.rrf", "scifact") not in rows
+    t = estimate.totals(list(rows.values()), 8)
+    ups = [r for r in rows.values() if r.get("bound") == "upper"]
+    assert t["upper_bounds"] == len(ups) == 3   # mrl, noinst and direct-emb's scifact indexes
+    assert f"; 3 jobs ({sum(r['seconds'] for r in ups) / 3600:,.1f} h) are upper bounds" in estimate.summary(t)[0]
 
 def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model_differs_in_training_alone(tmp_path):
     """QCR's grid models grid-b0k1 and grid-b1k1 train at batch 256 and 2,048, both at K 250, and its
