@@ -357,7 +357,15 @@ def test_bench_qcr_loss_runs_both_paths_and_they_agree(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "same loss: True" in out and "cdist not run (past --cdist-max-batch)" in out and "not judged on cpu" in out
     rows = json.loads((tmp_path / "q.json").read_text())["shapes"]
-    assert [(r["batch"], r["K"]) for r in rows] == [(8, 4), (16, 6)] and rows[0]["same_loss"] is True
+    ran = [r for r in rows if "projected_cdist_seconds" not in r]
+    assert [(r["batch"], r["K"]) for r in ran] == [(8, 4), (16, 6)] and ran[0]["same_loss"] is True
+    # on a CPU the paper's four stages are projected from the largest shape cdist ran (8 x 4), at B^2 K^2
+    proj = {(r["batch"], r["K"]): r["projected_cdist_seconds"] for r in rows if "projected_cdist_seconds" in r}
+    assert list(proj) == [(256, 150), (512, 183), (1024, 217), (2048, 250)]
+    assert proj[2048, 250] == pytest.approx(ran[0]["cdist"]["seconds"] * (2048 / 8) ** 2 * (250 / 4) ** 2)
+    assert "projected (cdist, QCR's CPU path; from B=8 K=4 at B^2 K^2)" in out
+    from harness.bench.qcr_loss import projected_seconds
+    assert projected_seconds(2.0, 128, 150, 256, 300) == pytest.approx(2.0 * 4 * 4)
     with pytest.raises(ConfigError, match="BATCHxK"):
         run("qcr-loss", ["--shapes", "256"])
 
