@@ -1058,7 +1058,8 @@ def summary(t: Mapping[str, Any]) -> list[str]:
     borrowed, sib, sc = t.get("borrowed", 0), t.get("siblings", 0), t.get("scaled", 0)
     also = ([f"{borrowed} index and search jobs projected from the same job measured on another dataset"] if borrowed else []) \
         + ([f"{sib} variant and @init jobs from the per-unit cost of the job they vary (or of another "
-            f"variant's, whose models differ in training alone), the same step on the same encoder shape"] if sib else []) \
+            f"variant's, whose models differ in training alone), the same step on the same encoder shape, or a "
+            f"fusion from a fusion of the same kind"] if sib else []) \
         + ([f"{sc} variant jobs on another backbone scaled from their method's measured job by the backbones' "
             f"matmul parameters: rough, never measured"] if sc else [])
     return [f"jobs measured: {t['jobs'] - borrowed - sib - sc}" + (f" (and {'; '.join(also)})" if also else "")
