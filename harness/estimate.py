@@ -612,7 +612,9 @@ def sibling_of(p: Any, job: Any, priced: Any = (), upper: list[str] | None = Non
 
 def _is_fusion(job: Any) -> bool:
     """Whether ``job`` is a fusion job (:func:`harness.fusion.fusion_job`)."""
-    return job.module == "harness.fusion"
+    from harness import fusion
+
+    return job.module == fusion.__name__
 
 
 def same_fusion(p: Any, job: Any, priced: Any) -> tuple[str | None, str]:
@@ -710,13 +712,14 @@ def _varied(p: Any, job: Any, upper: list[str] | None = None) -> tuple[str | Non
     # an index or search job hashes its model's variant settings through its input: compare the models'
     own = {k: v for d in mine.values() for k, v in d.items()}
     main = _model_settings(p, ref) or {}
-    shape = _differing(_stage_shape(job.stage) & set(set_), own, main, less)
-    if not shape:   # the effective settings (a variant_overrides or the schema's default may differ too)
+    # the settings the variant names first (the message names them); where none differs, the effective
+    # settings (a variant_overrides or the schema's default may differ too), which also say what it does less
+    shape = _differing(_stage_shape(job.stage) & set(set_), own, main, [])
+    if not shape:
         mine_m = _model_settings(p, job)
         shape = _differing(_stage_shape(job.stage), mine_m, main, less) if mine_m is not None and main else []
     if shape:
         return None, f"its variant sets {', '.join(shape)}"
-    less = list(dict.fromkeys(less))
     if less and upper is None:
         return None, f"less work than {job.stage} {base}'s: {', '.join(less)}"
     if upper is not None:
