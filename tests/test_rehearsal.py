@@ -595,6 +595,47 @@ def test_config_source_weights_come_from_the_configs_seed_not_the_jobs_random_st
     assert bb.fingerprint(bb.load_encoder({**cfg, "seed": 14}, "b")) != bb.fingerprint(a)
 
 
+@pytest.mark.parametrize("shape", sorted(p.stem for p in bb.CONFIG_DIR.glob("*.json")))
+def test_a_config_backbone_skips_torchs_first_draw_and_keeps_transformers_initialisation(shape, tmp_path):
+    """Every committed configuration (cut to two narrow layers) built by ``_random``, whose torch layer
+    initialisation is skipped (:func:`harness.models.backbones.torch_layer_init_skipped`), against the
+    same configuration built plainly: the same parameters, each constant one (norms, biases) the same
+    constant, each random one drawn at the same spread (a parameter transformers' ``post_init`` left
+    alone would hold torch.empty's memory: zeros or garbage); torch's initialisation is back afterwards."""
+    import json
+
+    import torch
+
+    d = json.loads((bb.CONFIG_DIR / f"{shape}.json").read_text())
+    d.update(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64, vocab_size=512)
+    for key, value in (("num_key_value_heads", 2), ("head_dim", 8)):
+        if key in d:
+            d[key] = value
+    if "layer_types" in d:   # one entry per layer (Gemma 2, Qwen 2.5)
+        d["layer_types"] = d["layer_types"][:2]
+    (tmp_path / f"{shape}.json").write_text(json.dumps(d))
+    spec = {"source": f"config:{tmp_path / f'{shape}.json'}"}
+    config = bb.load_config(shape, spec["source"].partition(":")[2])
+    cls = bb.lm_class(config)
+    built = bb._random(cls, shape, spec, 13)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(13)
+        plain = cls.from_config(config)
+    got, want = dict(built.named_parameters()), dict(plain.named_parameters())
+    assert got.keys() == want.keys() and len(got) > 10
+    for name, w in want.items():
+        g, w = got[name].detach(), w.detach()
+        assert g.shape == w.shape and torch.isfinite(g).all(), name
+        if bool((w == w.flatten()[0]).all()):
+            assert torch.equal(g, w), name   # a constant: the same constant
+        else:
+            assert float(g.std()) == pytest.approx(float(w.std()), rel=0.25), name
+            assert abs(float(g.mean())) < 3 * float(w.std()) / g.numel() ** 0.5 + 1e-3, name
+            assert not torch.equal(g, w), name   # drawn afresh: the skipped draws moved nothing
+    layer = torch.nn.Linear(64, 64)   # outside the context torch initialises layers again
+    assert float(layer.weight.abs().max()) > 0 and float(layer.weight.abs().max()) <= 1 / 8 + 1e-6
+
+
 def test_a_lora_model_saves_its_adapter_alone_and_loads_as_the_merged_model_it_trained(tmp_path):
     """LightRetriever with LoRA on a ``config:`` decoder (the rehearsal's Llama shapes, cut down): the
     saved folder holds the adapter, not the model (the merged 8B model would be 32 GB a job); loading
