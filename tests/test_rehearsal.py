@@ -597,8 +597,8 @@ def test_config_source_weights_come_from_the_configs_seed_not_the_jobs_random_st
 
 @pytest.mark.parametrize("shape", sorted(p.stem for p in bb.CONFIG_DIR.glob("*.json")))
 def test_a_config_backbone_skips_torchs_first_draw_and_keeps_transformers_initialisation(shape, tmp_path):
-    """Every committed configuration (cut to two narrow layers) built by ``_random``, whose torch layer
-    initialisation is skipped (:func:`harness.models.backbones.torch_layer_init_skipped`), against the
+    """Every committed configuration (cut to two narrow layers) built by ``_random``, which skips torch's
+    layer initialisation and draws transformers' once (``no_init_weights``, then ``init_weights``), against the
     same configuration built plainly: the same parameters, each constant one (norms, biases) the same
     constant, each random one drawn at the same spread (a parameter transformers' ``post_init`` left
     alone would hold torch.empty's memory: zeros or garbage); torch's initialisation is back afterwards."""

@@ -10,7 +10,6 @@ rehearsal (configs/profiles/rehearsal.yaml), which runs every job at the papers'
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import os
@@ -156,44 +155,21 @@ def _random(cls: Any, name: str, spec: Mapping[str, Any], seed: int) -> Any:
         raise ResourceError(f"backbone {name!r} ({spec['source']}): building it in float32 needs {need / 2**30:.1f} GiB, "
                             f"this machine has {avail / 2**30:.1f} GiB available",
                             fix="run this job on a machine with more memory (or a GPU node)")
+    from transformers.initialization import no_init_weights
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        with torch_layer_init_skipped():
-            return cls.from_config(config)
-
-
-@contextlib.contextmanager
-def torch_layer_init_skipped():
-    """torch's own initialisation of each layer as the layer is built (``nn.Linear``'s
-    ``kaiming_uniform_``, ``nn.Embedding``'s ``normal_``) made a no-op while a transformers model is built
-    from its configuration. The model's ``post_init`` then draws every weight again with transformers'
-    initialisation, whose functions (``transformers.initialization``) call the torch functions they
-    saved at import, not the names patched here: the first draw was work thrown away. Building
-    Llama-3.2-1B's shape took 15.5-17.0 s with it and 10.9-12.2 s without (2-core AMD EPYC, AVX2,
-    2026-12-05; the rehearsal's tiny LightRetriever training job, 68 s, took 62-64 s). The weights
-    stay transformers' initialisation from the config's seed; they are not the values drawn before
-    this (the skipped draws no longer advance the random stream).
-    ``tests/test_rehearsal.py`` checks, for every committed configuration, that each parameter has
-    the value kind (constant, or random at the reference's spread) of a model built without it."""
-    import sys
-
-    from transformers import initialization as hf_init
-
-    def skip(tensor, *args, **kwargs):
-        return tensor
-
-    saved = []
-    try:
-        for module_name in hf_init.TORCH_MODULES_TO_PATCH:
-            module = sys.modules.get(module_name)
-            for fn in hf_init.TORCH_INIT_FUNCTIONS if module is not None else ():
-                if hasattr(module, fn):
-                    saved.append((module, fn, getattr(module, fn)))
-                    setattr(module, fn, skip)
-        yield
-    finally:
-        for module, fn, original in reversed(saved):
-            setattr(module, fn, original)
+        # transformers' weight initialisation, drawn once: built plainly, each layer's own torch
+        # initialisation (nn.Linear's kaiming_uniform_, ...) ran first and post_init then drew every
+        # weight again, work thrown away. Building Llama-3.2-1B's shape took 15.5-17.0 s plainly and
+        # 10.9-12.2 s this way (2-core AMD EPYC, AVX2, 2026-12-05; the rehearsal's tiny LightRetriever
+        # training, 68 s, took 62-64 s). Not the values drawn before 2026-12-05 (the skipped draws no
+        # longer advance the random stream); tests/test_rehearsal.py checks every committed configuration
+        # against a plain build.
+        with no_init_weights():   # torch's layer initialisation and post_init's both skipped
+            model = cls.from_config(config)
+        model.init_weights()      # post_init's: transformers' initialisation and weight tying
+        return model
 
 
 def _pretrained(cls: Any, name: str, path: str, spec: Mapping[str, Any], seed: int = 0) -> Any:
