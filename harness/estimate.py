@@ -510,12 +510,18 @@ def _model_settings(p: Any, job: Any) -> dict[str, Any] | None:
             train = p.job("train", refs[0].id, None)
         except ConfigError:
             return None
+    return _train_settings(p.cfg, train)
+
+
+def _train_settings(cfg: Mapping[str, Any], train: Any) -> dict[str, Any]:
+    """The effective settings of train job ``train``: its method's schema defaults and section, then, for
+    a variant, ``variant_overrides`` and its own."""
     from harness.methods import METHODS, method_module
     from harness.settings import fragment_defaults
 
     module = method_module(train.method) if train.method in METHODS else None
     defaults = fragment_defaults(module.__file__, module.SCHEMA) if module else {}   # the schema's
-    sec = {**defaults, **(p.cfg["methods"].get(train.method) or {})}
+    sec = {**defaults, **(cfg["methods"].get(train.method) or {})}
     v = train.params.get("variant")
     if v is None:
         return dict(sec)
@@ -1104,12 +1110,11 @@ def _note_sub_batches(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], mea
     """A train job measured in GradCache sub-batches where the profile trains in one graph (or in
     other sub-batches): the row says so. A GradCache step encodes every text twice (once without a
     graph), about 4/3 of one graph's compute, so such a projection is high where the profile trains in
-    one graph; it is not rescaled."""
-    from harness.settings import lookup_key
-
+    one graph; it is not rescaled. The profile's sub-batches are the job's own (a variant's where it sets them:
+    LightRetriever's 8B models take 8 where its main model takes 64)."""
     if job.stage != "train" or not measured:
         return
-    want = int(lookup_key(cfg, f"methods.{job.method}.grad_cache_chunk") or 0)
+    want = int(_train_settings(cfg, job).get("grad_cache_chunk") or 0)
     if int(measured) != want:   # sub-batches both ways: the same passes, in smaller or larger pieces
         row["how"] += (f" (measured in GradCache sub-batches of {int(measured)}, the profile "
                        + (f"uses {want})" if want else "trains in one graph: about 4/3 of one graph's compute)"))

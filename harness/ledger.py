@@ -226,10 +226,26 @@ def measurements(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def failures(records: Iterable[Mapping[str, Any]], besides: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     """(log, cause) of the ledgers' failed jobs, each with the machine it failed on; one that ``besides``
-    (this machine's results folder's failures) already lists, the same log with the same cause, is left out."""
+    (this machine's results folder's failures) already lists, the same log with the same cause, is left out.
+    A job measured later (on any machine: a fix's rerun, which replaces the failure only in its own
+    machine's ledger) keeps its failure with where and when it was measured since appended."""
+    records = list(records)
     here = set(besides)
-    return [(f"{r['log']} on {slug(r.get('hardware') or {})}", str(r["failure"])) for r in records
-            if "failure" in r and (r["log"], str(r["failure"])) not in here]
+    since: dict[str, Mapping[str, Any]] = {}
+    for m in measurements(records):
+        log = log_of(*job_key(m))
+        if str(m.get("created") or "") > str(since.get(log, {}).get("created") or ""):
+            since[log] = m
+    out = []
+    for r in records:
+        if "failure" not in r or (r["log"], str(r["failure"])) in here:
+            continue
+        cause, later = str(r["failure"]), since.get(str(r["log"]))
+        if later is not None and str(later.get("created") or "") > str(r.get("created") or ""):
+            cause += (f" (measured since: on {slug(later.get('hardware') or {})}, {str(later['created'])[:10]}, "
+                      f"commit {str(later.get('git_commit') or '?')[:7]})")
+        out.append((f"{r['log']} on {slug(r.get('hardware') or {})}", cause))
+    return out
 
 
 def every_failure(root: Any, records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:

@@ -227,8 +227,9 @@ class Plan:
 
     # ---- hashes ---------------------------------------------------------------------------
     def values(self, job: Job) -> dict[str, Any]:
-        """The config values a job reads (its own keys and params)."""
-        vals = {k: lookup_key(self.cfg, k) for k in job.keys}
+        """The config values a job reads (its own keys and params); a variant's entry without its runtime
+        fields (:func:`without_runtime`)."""
+        vals = {k: without_runtime(k, lookup_key(self.cfg, k)) for k in job.keys}
         if job.stage in NUMERIC_STAGES:  # the kernels a job ran on change its floats (harness.numerics)
             vals["numerics"] = numeric_identity(self.cfg.get("numerics", "portable"))
         if job.params:
@@ -311,6 +312,22 @@ def _present(cfg: Mapping[str, Any], dotted: str) -> bool:
             return False
         node = node[part]
     return True
+
+
+def without_runtime(key: str, value: Any) -> Any:
+    """``value`` of config key ``key`` as a hash reads it: a variant's entry (``methods.<m>.variants.<v>``)
+    or ``variant_overrides`` without its runtime fields (:func:`harness.methods.base.runtime_key`:
+    ``grad_cache_chunk``, ``torch_threads``, ...), which no hash covers at the section's top level
+    either; so a variant trained in other sub-batches on a machine with less memory is the same model
+    (the paper profile's LightRetriever LLMs set their own). Any other value as it is."""
+    parts = key.split(".")
+    if not (isinstance(value, Mapping) and parts[0] == "methods" and len(parts) >= 3
+            and parts[2] in ("variants", "variant_overrides")):
+        return value
+    from harness.methods.base import runtime_key
+
+    section = ".".join(parts[:2])
+    return {f: v for f, v in value.items() if not runtime_key(f"{section}.{f}")}
 
 
 def _digest(obj: Any) -> str:

@@ -86,6 +86,13 @@ def test_the_estimate_projects_from_the_ledger_alone_as_from_the_results_it_was_
     # the same failure in this machine's results folder is listed once (there), another cause is kept
     assert ledger.failures(records, besides=estimate.failures(tmp_path / "r")) == []
     assert len(ledger.failures(records, besides=[("logs/train/bpr.log", "error: another cause")])) == 1
+    # measured later on another machine (a fix's rerun elsewhere): the failure stays, saying so; an earlier
+    # measurement says nothing
+    bpr = {"kind": "model", "job": "bpr", "cost": {"seconds": 1.0}, "hardware": GPU, "git_commit": "def5678"}
+    (_, cause), = ledger.failures([*records, {**bpr, "created": "2099-01-02T00:00:00+0000"}])
+    assert cause == ("error: train bpr: out of memory at this shape (it held 19.5 GiB)"
+                     " (measured since: on nvidia-h200, 2099-01-02, commit def5678)")
+    assert ledger.failures([*records, {**bpr, "created": "2000-01-02T00:00:00+0000"}]) == ledger.failures(records)
     # both: one row per job (this machine's, where equal)
     both = estimate.estimate(paper, tmp_path / "r", records)
     assert len(measured(both)) == 3 and all(r["source"].endswith("(this machine)") for r in both)

@@ -366,7 +366,9 @@ def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cf
     every loss term included; for the main model (light dense queries: their token vectors) and Table 4's
     variant that reads the queries' full sparse side and the passages' light token vectors; passages of
     8 tokens: the queries' and the tokens' sub-batches (as many positions as a passage sub-batch's) then
-    hold fewer than the batch (4 queries in 4, 38 query tokens in 2, 60 passage tokens in 3)."""
+    hold fewer than the batch (4 queries in 4, 38 query tokens in 8, 60 passage tokens in 3). The token
+    sequences are packed into at most ``chunk`` rows of a passage row's length a pass (a longer prompt's
+    own + 2 where the prompt does not fit): rows of 1,024 ran the rehearsal's light-both out of memory."""
     import random
 
     from harness.datasets import prepare as prepare_dataset
@@ -396,7 +398,16 @@ def test_grad_cache_chunk_gives_the_whole_batchs_loss_and_gradients(tmp_path, cf
         model = lr.LightModel.from_backbone(c, s)
         model.lm.train()
         step = BatchLoss(model, s, sets, docs)
+        packed = []   # the token passes' forwards (the only ones with position ids): [rows, positions]
+        hook = model.base.register_forward_pre_hook(
+            lambda mod, args, kw: packed.append(tuple(kw["input_ids"].shape)) if kw.get("position_ids") is not None
+            else None, with_kwargs=True)
         loss, parts = step([group], 3, random.Random(0))
+        hook.remove()
+        if chunk:   # packed in rows of a passage row's length (or a prompt's + 2), at most chunk rows a pass
+            row = s["p_max_len"] + len(step.doc_prefix) + 1
+            longest = max(row, *(len(p) + 2 for p in step.prompts.values()))
+            assert packed and all(b <= chunk and n <= longest for b, n in packed), (packed, chunk, longest)
         graph = loss.requires_grad
         if graph:  # one graph: the training loop's backward
             loss.backward()

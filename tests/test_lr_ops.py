@@ -8,6 +8,7 @@ from harness.methods.lightretriever.ops import (
     block_inputs,
     build_table,
     is_causal,
+    mean_rows,
     projection_max,
     query_vector,
     sparse_doc_vector,
@@ -265,3 +266,26 @@ def test_query_vector():
     torch.testing.assert_close(out[2], vectors[5])
     with pytest.raises(ValueError, match=r"token id 6 .*size 6"):
         query_vector(table, [[1], [6]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mean_rows_gives_each_rows_mean_and_its_gradient(dtype):
+    """Training's light sides (LightModel.light_mean): one embedding_bag pass equals a gather and a mean
+    per row, values and gradients (a repeated token counts twice; an empty row is zeros, no gradient)."""
+    g = torch.Generator().manual_seed(0)
+    rows = [[0, 2, 2, 7], [], [5], [7, 1, 3, 3, 3, 0]]
+    weights = torch.randn(len(rows), 3, generator=g)   # an uneven loss over the rows' outputs
+    got, want = (torch.randn(8, 3, generator=g).to(dtype).requires_grad_() for _ in range(2))
+    with torch.no_grad():
+        want.copy_(got)
+    out = mean_rows(got, rows)
+    ref = torch.stack([want[r].float().mean(0) if r else torch.zeros(3) for r in rows])
+    assert out.shape == (4, 3) and out.dtype == dtype and torch.equal(out[1], torch.zeros(3, dtype=dtype))
+    tol = {"atol": 1e-6, "rtol": 1e-6} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(out.float(), ref, **tol)
+    (out.float() * weights).sum().backward()
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(got.grad.float(), want.grad.float(), **tol)
+    assert got.grad[[4, 6]].abs().sum() == 0   # rows no text holds get none
+    with pytest.raises(ValueError, match=r"token id 8 .*size 8"):
+        mean_rows(got, [[8]])

@@ -655,3 +655,22 @@ def test_unhashed_reads_are_found_in_index_jobs_made_concrete_for_a_dataset(tmp_
     reads = ["backbones.splade-tiny.source", "methods.svdr.p_max_len", "methods.dpr.lr"]
     (folder / "meta.json").write_text(json.dumps({"settings_read": reads}), encoding="utf-8")
     assert hplan.unhashed_in_results(cfg) == {str(folder): ["methods.dpr.lr"]}
+
+
+def test_a_variants_runtime_fields_move_no_hash_as_the_sections_own_do_not():
+    """``grad_cache_chunk`` in a variant's entry or in ``variant_overrides`` (the paper profile's LightRetriever LLMs set
+    their own sub-batches) is how its model is trained, not which: the model's hash and its searches' stay; a
+    model field in the same entry moves them (a machine with less memory reran light-both in sub-batches
+    of 2, and the ledger refused it as measured under other settings)."""
+    key = "methods.lightretriever.variants.llama-8b"
+    a = fresh_plan(config("paper"))
+    b = fresh_plan(config("paper", {f"{key}.grad_cache_chunk": 2,
+                                    "methods.lightretriever.variant_overrides.grad_cache_chunk": 2}))
+    c = fresh_plan(config("paper", {f"{key}.kl": False}))
+    model = a.job("train", "lightretriever.llama-8b")
+    assert key in model.keys and "methods.lightretriever.variant_overrides" in model.keys
+    search = next(j for j in a.concrete("search") if j.id == "lightretriever.llama-8b")   # reads the model
+    for j in (model, search):
+        assert b.hash(b.job(j.stage, j.id, j.dataset)) == a.hash(j)
+        assert c.hash(c.job(j.stage, j.id, j.dataset)) != a.hash(j)
+    assert b.values(model)[key] == a.values(model)[key] == {"backbone": "llama31-8b"}

@@ -134,6 +134,24 @@ def test_the_rehearsal_plans_every_job_of_the_paper_profile():
                 assert values.get(k) == v, (key, k)
 
 
+def test_a_variant_trained_in_other_sub_batches_is_compared_with_its_own(tmp_path):
+    """The estimate's note on GradCache sub-batches compares with the variant's own setting where it sets
+    one (LightRetriever's main model takes 64 in the paper profile, its 8B variant 8)."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    folder = tmp_path / "models" / "lightretriever.llama-8b"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"kind": "model", "job": "lightretriever.llama-8b", "grad_cache_chunk": 4,
+                                                  "cost": cost.record("train", {"steps": 2}, 30.0)}))
+    rows = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False, siblings=False)
+    eight, = [r for r in rows if r["stage"] == "train" and r["job"] == "lightretriever.llama-8b"]
+    assert "(measured in GradCache sub-batches of 4, the profile uses 8)" in eight["how"]
+
+
 def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_path, capsys):
     """A rehearsal job's cost per unit x the paper profile's count of units (dataset cards, the
     method's epochs and batch size): DPR's 40 epochs x ceil(58,880 / 128) steps, NQ's 21,015,324

@@ -176,8 +176,9 @@ class LightModel:
         keep[torch.arange(h.shape[0], device=h.device), mask.sum(1) - 1] = False
         return ops.sparse_doc_vector(transform(h), w, b, keep).float()
 
-    def token_vectors(self, prompt: Sequence[int], tokens: Sequence[int]):
-        return token_vectors(self.base, list(prompt), list(tokens), self.eos)
+    def token_vectors(self, prompt: Sequence[int], tokens: Sequence[int], **kw: Any):
+        """:func:`token_vectors` on the backbone; ``kw``: its packing (``max_len``, ``batch_size``)."""
+        return token_vectors(self.base, list(prompt), list(tokens), self.eos, **kw)
 
     def light_mean(self, prompt: Sequence[int], rows: Sequence[Sequence[int]], *, embedding: bool = False,
                    table: tuple[Sequence[int], Any] | None = None):
@@ -185,6 +186,8 @@ class LightModel:
         ``table``: (the rows' distinct tokens in order, their vectors) where they were encoded already
         (a GradCache step's sub-batches)."""
         import torch
+
+        from harness.methods.lightretriever.ops import mean_rows
 
         uniq = sorted({t for r in rows for t in r})
         if not uniq:
@@ -198,10 +201,8 @@ class LightModel:
         else:
             vectors = self.token_vectors(prompt, uniq)
         pos = {t: i for i, t in enumerate(uniq)}
-        out = []
-        for r in rows:
-            out.append(vectors[[pos[t] for t in r]].mean(0) if r else torch.zeros(self.hidden, device=vectors.device))
-        return torch.nn.functional.normalize(torch.stack(out).float(), dim=-1)
+        out = mean_rows(vectors, [[pos[t] for t in r] for r in rows])
+        return torch.nn.functional.normalize(out.float(), dim=-1)
 
     def counts(self, rows: Sequence[Sequence[int]], *, binary: bool = False):
         import torch

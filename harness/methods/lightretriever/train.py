@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -123,14 +124,20 @@ class BatchLoss:
         where a variant reads them, the queries' full sparse side and the passages' light token vectors)
         in sub-batches of as many positions as a passage sub-batch holds. Without the queries' side the
         paper's step held 128 queries and their ~1,000 token sequences in one graph: over 20 GiB for
-        Llama-3.2-1B on a CPU whatever the passages' sub-batches (the rehearsal, 2026-12-05)."""
+        Llama-3.2-1B on a CPU whatever the passages' sub-batches (the rehearsal, 2026-12-05). The token
+        sequences are packed into ``chunk`` rows of a passage row's length (longer where a prompt needs
+        it), not into :func:`~harness.methods.lightretriever.ops.token_vectors`' default rows of 1,024
+        positions: attention grows with a row's length squared, and 1,060 tokens in rows of 1,024 ran out
+        of 23.5 GiB on a CPU where the same tokens in 4 rows of 531 peaked at 17.8 GiB (Llama-3.2-1B,
+        a passage sub-batch of 4: 17.7 GiB), so that ``light-both`` and ``qfull-dlight`` ran out of memory
+        where the main model trained (the rehearsal, 2026-12-05)."""
         from harness.train import grad_cache_step
 
         model, s = self.model, self.s
         prompt = self.prompts[key]
-        positions = chunk * (int(s["p_max_len"]) + len(self.doc_prefix) + 1)   # a passage sub-batch's
+        row = int(s["p_max_len"]) + len(self.doc_prefix) + 1   # a passage row's positions
+        positions = chunk * row   # a passage sub-batch's
         per_query = max(1, positions // (max(len(r) for r in qrows) + len(prompt) + 1))
-        per_token = max(1, positions // 2)   # a token's sequence adds 2 positions to a packed row
         full_sparse = s["sparse_doc"] == "full"
 
         def docs(rows):  # a sub-batch of passages: (pooled vector, sparse vector where the sparse side reads it)
@@ -150,8 +157,10 @@ class BatchLoss:
         q_tokens = sorted({t for r in qrows for t in r}) if s["dense_query"] == "light" else []
         d_tokens = sorted({t for r in drows for t in r}) if s["dense_doc"] == "light" else []
         for name, tokens, pre in (("q_table", q_tokens, prompt), ("d_table", d_tokens, self.doc_prefix)):
-            if tokens:
-                passes.append((name, tokens, lambda toks, pre=pre: model.token_vectors(pre, toks), per_token))
+            if tokens:   # a token's sequence adds 2 positions to a packed row
+                length = max(row, len(pre) + 2)
+                encode = partial(model.token_vectors, pre, max_len=length, batch_size=chunk)
+                passes.append((name, tokens, encode, chunk * ((length - len(pre)) // 2)))
         names, groups, encs, chunks = zip(*passes)
 
         def loss_fn(*reps):
