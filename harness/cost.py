@@ -101,6 +101,29 @@ def _encode_probe_summary() -> dict[str, Any] | None:
             "projected_seconds": round(_ENCODE_PROBE["seconds"], 3)}
 
 
+#: what an index job paid once after its start-up mark, whatever its corpus's size (LightRetriever's light
+#: document side: the token-vector table of its vocabulary), and the seconds a probe projected for the
+#: rows it skipped (:func:`paid_once`)
+_ONCE: dict[str, float] = {"seconds": 0.0, "run": 0, "of": 0, "projected": 0.0}
+
+
+def paid_once(seconds: float, run: int, of: int) -> None:
+    """An index job built ``run`` of the ``of`` rows of a table it pays for once (not per document) in
+    ``seconds``: priced with its start-up (``fixed_seconds``), the other ``of - run`` rows (a cost probe
+    built only those its encoded documents read) projected at the built ones' mean."""
+    if run < 1 or of < run:
+        raise ValueError(f"a table paid once builds 1 to {of} rows, got {run}")
+    _ONCE.update(seconds=float(seconds), run=int(run), of=int(of), projected=seconds / run * (of - run))
+
+
+def _once_summary() -> dict[str, Any] | None:
+    """What the job paid once after its start-up (None where nothing), for its meta.json."""
+    if not _ONCE["of"]:
+        return None
+    return {"seconds": round(_ONCE["seconds"], 3), "rows_built": int(_ONCE["run"]), "rows": int(_ONCE["of"]),
+            "projected_seconds": round(_ONCE["projected"], 3)}
+
+
 #: the corpora this job holds in memory whole (harness.datasets.store.corpus_by_id and its kin): per
 #: dataset folder name, the documents and their estimated bytes in Python objects, which grow with the
 #: corpus (python -m harness estimate projects them to the profile's corpus)
@@ -139,6 +162,7 @@ def allow_fallbacks(allowed: bool) -> None:
     _STEPS.update(first=[], later=[], measured=[])
     _PROBE.update(run=0, of=0, step=0.0)
     _ENCODE_PROBE.update(run=0, of=0, seconds=0.0)
+    _ONCE.update(seconds=0.0, run=0, of=0, projected=0.0)
     _HELD.clear()
     _CHILDREN.clear()
     _START.update(job=time.perf_counter(), work=None)
@@ -329,7 +353,8 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
     A train job that timed two optimizer steps or more is priced as ``fixed_seconds`` (imports, the
     model's build and load, the first step's warm-up, saving: paid once) plus ``seconds_per_unit`` =
     the median of its later steps (``steady``); an index job that marked the end of its start-up
-    (:func:`startup_done`) as that start-up once plus the rest per 1,000 documents (``steady``), as is
+    (:func:`startup_done`) as that start-up (and what it paid once after it: :func:`paid_once`) once plus
+    the rest per 1,000 documents (``steady``), as is
     the hard negatives' job that marked it (its BM25 searcher's JVM) per training question;
     otherwise every second is spread over its units (a slice's start-up then over-projects, and the
     estimate says so)."""
@@ -339,6 +364,10 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
         out["probe"] = probe if stage == "index" else \
             {**probe, "measured_step_seconds": [round(x, 3) for x in _STEPS["measured"][:MAX_STEPS_KEPT]]}
         seconds += probe["projected_seconds"]
+    once = _once_summary() if stage in MARKED else None
+    if once:   # priced once with the start-up: the rows a probe skipped as if built
+        out["paid_once"] = once
+        seconds += once["projected_seconds"]
     field, unit, per = UNITS.get(stage, (None, None, 1))
     if stage == "train" and not info.get(field) and info.get(TRAIN_TOKENS[0]):
         field, unit, per = TRAIN_TOKENS
@@ -355,8 +384,10 @@ def record(stage: str, info: Mapping[str, Any], seconds: float) -> dict[str, Any
                 fixed = out["seconds"] - sum(ran) + max(0.0, ran[0] - statistics.median(ran[1:]))
             out.update(seconds_per_unit=steady, fixed_seconds=round(max(0.0, fixed), 3),
                        first_step_seconds=round(sum(_STEPS["first"]), 4), steps_timed=len(later), pricing="steady")
-        if stage in MARKED and _START["work"] is not None and _START["job"] is not None:
-            fixed = min(max(0.0, _START["work"] - _START["job"]), seconds)
+        marked = _START["work"] is not None and _START["job"] is not None
+        if stage in MARKED and (marked or once):
+            fixed = max(0.0, _START["work"] - _START["job"]) if marked else 0.0
+            fixed = min(fixed + (once["seconds"] + once["projected_seconds"] if once else 0.0), seconds)
             out.update(seconds_per_unit=(seconds - fixed) / units, fixed_seconds=round(fixed, 3), pricing="steady")
         docs, corpus_s = info.get("corpus_documents"), info.get("corpus_seconds")
         if stage == "search" and isinstance(docs, int) and docs > 0 and isinstance(corpus_s, (int, float)):

@@ -774,6 +774,10 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     elif probe:   # an index job under probe_documents: its encoding priced from a fraction of its documents
         row["how"] += (f" (its encoding projected from {probe['documents_encoded']:,} of its {probe['documents']:,} "
                        "documents encoded, the rest at their mean)")
+    once = d["cost"].get("paid_once")
+    if once and once.get("rows_built", 0) < once.get("rows", 0):   # LightRetriever's light document table under a probe
+        row["how"] += (f" (its token-vector table paid once: projected from {once['rows_built']:,} of its "
+                       f"{once['rows']:,} rows built)")
     row["bytes"] = d.get("bytes")
     row["source"] = d["_source"]
     if now is not None and d.get("config_hash") and d["config_hash"] != now:

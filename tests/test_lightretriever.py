@@ -354,6 +354,50 @@ def test_an_index_probe_encodes_whole_batches_copies_their_vectors_and_projects_
     assert np.allclose(-np.sort(-capped, axis=1)[:, :5], top, atol=1e-5)   # the largest five, as they were
 
 
+def test_a_light_document_table_is_paid_once_and_a_probe_builds_only_its_documents_rows(lora_trained):
+    """Table 4's light document side (``dense_doc: light``): a document's vector is the mean of its
+    tokens' cached vectors, the same whether the whole vocabulary's table is built or, under a cost probe,
+    only the rows of the tokens its encoded documents hold; the table is priced once with the start-up
+    (``fixed_seconds``), not per document, and a probe projects the rows it skipped at the built ones'
+    mean (the rehearsal's 128,256-token table took 30-40 min on two CPU cores)."""
+    import time
+
+    from harness import cost
+    from harness.datasets import store
+    from harness.methods.lightretriever.index import encode_corpus
+    from harness.methods.lightretriever.model import doc_text
+    from harness.methods.lightretriever.ops import query_vector
+
+    c, data, model_dir, _ = lora_trained
+    model = lr.LightModel.load(model_dir)
+    texts = [doc_text(d) for d in store.iter_corpus(data, [])]
+    n = len(texts)
+    s = {**lr.settings(c), "dense_doc": "light", "sparse_doc": "light", "encode_batch_size": 4}
+    full = model.cache_table(None)   # the whole vocabulary's rows, built apart
+    rows = [list(x[:s["p_max_len"]]) for x in model.tok([" " + t for t in texts], add_special_tokens=False)["input_ids"]]
+    want = torch.nn.functional.normalize(query_vector(full, rows).float(), dim=-1).numpy()
+    got = {}
+    for probe in (0, 6):
+        cost.allow_fallbacks(False)
+        cost.startup_done()
+        t0 = time.perf_counter()
+        dense, _, _ = encode_corpus(model, {**s, "probe_documents": probe}, texts, sparse=True, n=n)
+        got[probe] = dense, cost.record("index", {"documents": n}, time.perf_counter() - t0 + 1e-3)
+    (dense0, rec0), (dense6, rec6) = got[0], got[6]
+    assert np.allclose(dense0, want, atol=1e-5) and np.allclose(dense6[:8], want[:8], atol=1e-5)   # 2 batches of 4
+    once0, once6 = rec0["paid_once"], rec6["paid_once"]
+    assert once0["rows_built"] == once0["rows"] == model.vocab and once0["projected_seconds"] == 0
+    held = len({t for r in rows[:8] for t in r})
+    assert once6["rows_built"] == held < model.vocab and once6["rows"] == model.vocab
+    scale = (model.vocab - held) / held   # the seconds in meta.json are rounded to 1 ms
+    assert once6["projected_seconds"] == pytest.approx(once6["seconds"] * scale, abs=5e-4 * scale + 1e-3)
+    for rec, once in ((rec0, once0), (rec6, once6)):   # paid once: in the fixed seconds, not in the documents'
+        assert rec["pricing"] == "steady" and rec["fixed_seconds"] >= once["seconds"] + once["projected_seconds"] - 1e-3
+        priced = rec["seconds"] + once["projected_seconds"] + (rec.get("probe") or {}).get("projected_seconds", 0.0)
+        assert rec["fixed_seconds"] + rec["seconds_per_unit"] * n / 1000 == pytest.approx(priced, abs=1e-2)
+    assert rec6["probe"]["documents_encoded"] == 8
+
+
 @pytest.mark.parametrize("variant", [{}, {"p_max_len": 8},
                                      {"dense_query": "full", "dense_doc": "light", "sparse_query": "full",
                                       "sparse_doc": "light", "p_max_len": 8}],

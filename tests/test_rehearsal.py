@@ -1374,6 +1374,33 @@ def test_qcrs_k_means_is_priced_per_1000_tokens_of_its_sample():
     assert units == 50_000 and how.startswith("50,000,000 tokens of msmarco's passages")
 
 
+def test_an_index_table_paid_once_is_priced_once_and_a_probes_skipped_rows_projected(tmp_path):
+    """LightRetriever's light document side builds its vocabulary's token-vector table once, whatever the
+    corpus (``cost.paid_once``): priced with the index's start-up, not per document (spread over a slice's
+    documents it would have over-projected by the corpus's ratio); a probe's 100 of 1,000 rows built in
+    10 s project the other 900 at their mean (90 s), and the estimate's row says so."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    cost.startup_done()
+    cost.paid_once(10.0, 100, 1000)
+    rec = cost.record("index", {"documents": 500}, 20.0)
+    assert rec["paid_once"] == {"seconds": 10.0, "rows_built": 100, "rows": 1000, "projected_seconds": 90.0}
+    assert rec["seconds"] == 20.0 and rec["fixed_seconds"] == pytest.approx(100.0, abs=0.01)
+    assert rec["seconds_per_unit"] == pytest.approx(10.0 / 0.5, abs=0.05)   # the other 10 s over 500 documents
+    folder = tmp_path / "indexes/lightretriever.light-both/scifact"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"kind": "index", "job": "lightretriever.light-both",
+                                                  "dataset": "scifact", "documents": 500, "cost": rec}))
+    every = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False, siblings=False)
+    row = next(r for r in every if r["job"] == "lightretriever.light-both" and r["stage"] == "index" and r["dataset"] == "scifact")
+    assert row["seconds"] == pytest.approx(rec["fixed_seconds"] + rec["seconds_per_unit"] * 5.183, rel=1e-6)
+    assert "its token-vector table paid once: projected from 100 of its 1,000 rows built" in row["how"]
+
+
 def test_a_probed_train_job_is_priced_with_its_projected_sub_batches_and_says_so(tmp_path):
     """A train job whose GradCache passes ran 2 of their 16 sub-batches (``probe_sub_batches``): its
     steps are priced with the skipped sub-batches' projected seconds (the later step: 10 s measured + 30 s

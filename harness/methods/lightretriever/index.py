@@ -24,6 +24,49 @@ from harness.recording import merged
 DENSE_DIR, SPARSE_DIR, SPARSE_NPZ = "dense", "sparse", "sparse.npz"
 
 
+class DocTable:
+    """The light document side's token vectors (Table 4's ``dense_doc: light``: a document is the mean
+    of its tokens' cached vectors, as a light query is): the whole vocabulary's, built once before the
+    first document, or under a cost probe only the rows of the tokens its encoded documents hold, the
+    rest of the vocabulary's projected at their mean (the rehearsal's Llama-3 vocabulary of 128,256
+    took 30-40 min on two CPU cores). Either way the table is paid once, not per document
+    (:func:`harness.cost.paid_once`): priced with the index's start-up, not spread over its corpus.
+    Each token's vector is its own forward pass, so a row is the same whichever rows are built beside
+    it. ``batch_size``: packed rows of 1,024 positions a pass."""
+
+    def __init__(self, model: LightModel, batch_size: int, *, whole: bool) -> None:
+        self.model, self.batch_size = model, batch_size
+        self.rows: dict[int, int] = {}
+        self.vectors = None
+        self.seconds = 0.0
+        if whole:
+            self._add(range(model.vocab))
+
+    def _add(self, tokens: Iterable[int]) -> None:
+        import torch
+
+        new = [t for t in tokens if t not in self.rows]
+        if not new:
+            return
+        t0 = time.perf_counter()
+        v = self.model.cache_table(None, tokens=new, batch_size=self.batch_size).weight
+        self.vectors = v if self.vectors is None else torch.cat([self.vectors, v])
+        self.rows.update(zip(new, range(len(self.rows), len(self.rows) + len(new))))
+        self.seconds += time.perf_counter() - t0
+
+    def mean(self, rows: Sequence[Sequence[int]]):
+        """[len(rows), H]: each document's mean token vector (zeros for an empty one)."""
+        from harness.methods.lightretriever.ops import mean_rows
+
+        self._add(sorted({t for r in rows for t in r}))
+        return mean_rows(self.vectors, [[self.rows[t] for t in r] for r in rows])
+
+    def paid(self) -> None:
+        """Record the table's seconds as paid once (:func:`harness.cost.paid_once`)."""
+        if self.rows:
+            cost.paid_once(self.seconds, len(self.rows), self.model.vocab)
+
+
 def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str], *, sparse: bool,
                   n: int | None = None):
     """Dense document vectors [N, H] (normalised) and, with ``sparse``, the sparse vectors as a CSR
@@ -31,7 +74,8 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
     Under a rehearsal's cost probe (``probe_documents`` n > 0) the first n documents (whole batches) are
     encoded and the others take copies of their vectors, cycled, so that the index is built and searched
     at the corpus's count; their seconds are projected at the encoded ones' mean
-    (:func:`harness.cost.probe_encoded`, meta.json ``cost.probe``). ``texts``: a sequence,
+    (:func:`harness.cost.probe_encoded`, meta.json ``cost.probe``); a light document side's token-vector
+    table (:class:`DocTable`) is priced apart, paid once (meta.json ``cost.paid_once``). ``texts``: a sequence,
     or an iterable read a batch at a time with ``n`` its length (a corpus streamed from its file): each
     batch is tokenised as it comes and its vectors written into one preallocated array (MS MARCO's
     8.8M passages: their token ids as Python lists were ~25 GB, and the dense batches beside their
@@ -47,14 +91,15 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
         n = len(texts)
     i, truncated = 0, 0
     dense_m, rows_sp = None, []
-    table = model.cache_table(None) if s["dense_doc"] == "light" else None
     probe, encoded, copied = int(s.get("probe_documents") or 0), None, None
+    # a pass of the table's packed rows (1,024 positions) holds about a document batch's positions
+    table = DocTable(model, max(1, bs // 2), whole=not probe) if s["dense_doc"] == "light" else None
     t0 = time.perf_counter()
     with torch.inference_mode():
         for batch in counted_batches(texts, n, bs, "encode corpus (lightretriever)", "text"):
             if probe and i >= probe and dense_m is not None:   # a probe: copies of the encoded documents' vectors
                 if encoded is None:
-                    encoded, seconds = i, time.perf_counter() - t0
+                    encoded, seconds = i, time.perf_counter() - t0 - (table.seconds if table else 0.0)
                     copied = sps.vstack(rows_sp).tocsr() if rows_sp else None
                 src = np.arange(i, i + len(batch)) % encoded
                 dense_m[i:i + len(batch)] = dense_m[src]
@@ -69,10 +114,8 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
                 h = mask = None
             else:
                 h, mask = model.forward(prefix, rows)
-            if s["dense_doc"] == "light":
-                from harness.methods.lightretriever.ops import query_vector
-
-                v = torch.nn.functional.normalize(query_vector(table, rows).float(), dim=-1).cpu().numpy()
+            if table is not None:
+                v = torch.nn.functional.normalize(table.mean(rows).float(), dim=-1).cpu().numpy()
             else:
                 v = model.eos_pool(h, mask).cpu().numpy()
             if dense_m is None:
@@ -91,6 +134,8 @@ def encode_corpus(model: LightModel, s: Mapping[str, Any], texts: Iterable[str],
                 rows_sp.append(sps.csr_matrix(w.cpu().numpy()))
     if encoded is not None:
         cost.probe_encoded(seconds, encoded, n)
+    if table is not None:
+        table.paid()
     if dense_m is None:
         dense_m = np.zeros((0, model.hidden), np.float32)
     sp_m = sps.vstack(rows_sp).tocsr() if rows_sp else None
