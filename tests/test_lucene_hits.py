@@ -81,3 +81,22 @@ def test_threads_change_nothing_but_the_time(tmp_path):
     one = index.search(queries, 50, threads=1)
     assert index.search(queries, 50, threads=2) == one == index.search(queries, 50, threads=3)
     assert sum(map(len, one.values())) > 500
+
+
+def test_an_impact_query_of_more_terms_than_lucenes_default_clause_limit_scores_every_term(tmp_path):
+    """LightRetriever's full-size sparse queries (Table 4's qfull-dlight) hold thousands of terms, past
+    Lucene's 1,024 Boolean clauses (the rehearsal's search failed with TooManyClauses, as Anserini's
+    SimpleImpactSearcher does): the limit is raised to the query's size and every term is scored, each
+    document's score the dot product of its impacts and the query's weights."""
+    import numpy as np
+
+    rng = random.Random(3)
+    vocab = [f"t{i}" for i in range(3000)]
+    docs = [(f"d{i}", {w: rng.randint(1, 9) for w in rng.sample(vocab, 1500)}) for i in range(20)]
+    index = build_index("lucene:impact", docs, out=tmp_path / LUCENE_DIR)
+    query = {w: rng.randint(1, 5) for w in rng.sample(vocab, 2500)}
+    got = index.search({"q": query}, 20)["q"]
+    want = sorted(((d, float(sum(query.get(w, 0) * x for w, x in weights.items()))) for d, weights in docs),
+                  key=lambda h: -h[1])
+    assert len(got) == 20 and [d for d, _ in got] == [d for d, _ in want]
+    assert np.allclose([s for _, s in got], [s for _, s in want], rtol=1e-6)

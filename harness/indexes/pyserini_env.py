@@ -170,6 +170,20 @@ def _round_ties(scores: Any) -> Any:
     return out
 
 
+def allow_clauses(n: int) -> None:
+    """Let a Boolean query hold ``n`` clauses (Lucene's ``IndexSearcher.setMaxClauseCount``, JVM-wide;
+    raised, never lowered, from Lucene's default of 1,024). An impact query is one clause per token
+    weight: LightRetriever's full-size sparse queries (Table 4's ``qfull-dlight``: the LM head's
+    log(1 + ReLU) over the vocabulary, which no FLOPS term sparsifies on the query side) hold thousands,
+    where Anserini's ``SimpleImpactSearcher`` (and so pyserini) fails with ``TooManyClauses``; with the
+    limit raised the query scores every term, as a smaller one does."""
+    from jnius import autoclass
+
+    searcher = autoclass("org.apache.lucene.search.IndexSearcher")
+    if n > searcher.getMaxClauseCount():
+        searcher.setMaxClauseCount(int(n))
+
+
 class SortedHits:
     """Top-k hits of Anserini queries on a Lucene index, as Anserini 1.7.1's SimpleSearcher and
     SimpleImpactSearcher rank them, without Anserini's per-hit stored-document loads.
@@ -211,6 +225,7 @@ class SortedHits:
 
         self.searcher.setSimilarity(self.java.get_similarity())  # as set now (set_bm25 may come after __init__)
         analyzer = self.java.get_analyzer() if any(isinstance(q, str) for q in queries) else None
+        allow_clauses(max((q.size() for q in queries if not isinstance(q, str)), default=0))
         built = [self.generator.buildQuery("contents", analyzer, q) if isinstance(q, str)
                  else self.generator.buildQuery("contents", q) for q in queries]
         found: list[Any] = [None] * len(built)
