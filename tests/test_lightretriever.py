@@ -359,7 +359,7 @@ def test_a_light_document_table_is_paid_once_and_a_probe_builds_only_its_documen
     tokens' cached vectors, the same whether the whole vocabulary's table is built or, under a cost probe,
     only the rows of the tokens its encoded documents hold; the table is priced once with the start-up
     (``fixed_seconds``), not per document, and a probe projects the rows it skipped at the built ones'
-    mean (the rehearsal's 128,256-token table took 30-40 min on two CPU cores)."""
+    mean (the rehearsal's 128,256-token table is projected at 71-75 min on two CPU cores)."""
     import time
 
     from harness import cost
