@@ -20,11 +20,11 @@ fi
 t0=$(date +%s)
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# --no-compile: pip byte-compiles every file it installs (half of set-up's time here: 56 s with it
-# skipped, 117 s without, on the 2-core AMD EPYC); Python compiles the modules a run imports instead.
+# pip byte-compiles what it installs (half of this script's time); keep it: with PYTHONDONTWRITEBYTECODE set,
+# as on this project's machines, --no-compile made every process compile its imports again (README).
 # shellcheck disable=SC2086
-.venv/bin/python -m pip install -q --no-compile ${TORCH_PIP_ARGS:-} torch==2.13.0
-.venv/bin/python -m pip install -q --no-compile -e '.[workflow,test,cluster]'
+.venv/bin/python -m pip install -q ${TORCH_PIP_ARGS:-} torch==2.13.0
+.venv/bin/python -m pip install -q -e '.[workflow,test,cluster]'
 .venv/bin/python -c "import harness.indexes.pyserini_env as e; e.setup()"
 echo "$want" > "$STAMP"
 echo "setup: .venv ready in $(( $(date +%s) - t0 ))s"
