@@ -173,10 +173,12 @@ def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
 
 def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
             measured: Mapping[str, Any] | None = None, measured_bytes: int | None = None,
-            fixed_bytes: int | None = None, spec: str | None = None) -> dict[str, Any]:
+            fixed_bytes: int | None = None, spec: str | None = None,
+            kept: tuple[float, float] | None = None) -> dict[str, Any]:
     """One job's projected cost in profile ``cfg`` from its measured ``cost`` (a rehearsal job's;
     ``measured``: that job's config values, which say the stages a schedule ran; ``measured_bytes``:
-    its artifact's size, projected by :func:`disk`)."""
+    its artifact's size, projected by :func:`disk`; ``kept``: a phrase dump's measured and the
+    profile's kept fraction of tokens, :func:`kept_fractions`)."""
     units, how = paper_units(cfg, job)
     out = {"job": job.id, "stage": job.stage, "dataset": job.dataset or "", "kind": "projected",
            "measured_seconds": cost.get("seconds"), "how": how, "gpu_job": bool(job.gpu),
@@ -185,8 +187,11 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
            "hardware": cost.get("gpu") or "cpu",
            # steady: fixed seconds once + the median later step per step; whole: every second per unit
            "pricing": cost.get("pricing", "whole")}
-    projected = disk(job, units, cost, measured_bytes, fixed_bytes, spec)
+    projected = disk(job, units, cost, measured_bytes, fixed_bytes, spec, kept)
     out["disk_gib"] = round(projected / 2**30, 3) if projected is not None else None
+    if kept is not None and projected is not None:
+        out["how"] += (f" (its dump and indexes at the profile's {kept[1]:.0%} of tokens kept by the filter, "
+                       f"not the rehearsal's {kept[0]:.1%})")
     held = held_corpora(cfg, cost.get("held_corpora"))
     if held is not None:
         out["held_gib"] = round(held[0] / 2**30, 2)
@@ -252,8 +257,29 @@ def held_corpora(cfg: Mapping[str, Any], held: Mapping[str, Mapping[str, int]] |
     return total, measured, "; ".join(parts) + f": {total / 2**30:,.1f} GiB"
 
 
+def kept_fractions(cfg: Mapping[str, Any], job: Any, record: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(measured, profile's) fraction of a phrase dump's tokens its filter keeps, where a measured
+    index job's record gives the first (its meta.json's ``dump.kept_fraction``, a ledger line's
+    ``kept_fraction``: :func:`harness.ledger.entry`) and the
+    profile's ``methods.<method>.filter.kept_fraction`` the second (DensePhrases App. E: "we filter
+    about 75% of tokens"); None where either is missing or they agree. The rehearsal's threshold is
+    tuned on dev questions with a model of a few steps, whose filter logits separate little: its
+    dump keeps what such a filter keeps (2026-12-06: 99.8% of tokens), not what a trained one does."""
+    from harness import plan
+
+    measured = record.get("kept_fraction", (record.get("dump") or {}).get("kept_fraction"))  # a ledger line's, a meta.json's
+    if job.stage != "index" or measured is None or float(measured) <= 0:
+        return None
+    filt = _setting(plan.get(cfg).values(job), job.method, "filter")
+    target = filt.get("kept_fraction") if isinstance(filt, Mapping) else None
+    if target is None or abs(float(target) - float(measured)) < 1e-9:
+        return None
+    return float(measured), float(target)
+
+
 def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes: int | None,
-         fixed_bytes: int | None = None, spec: str | None = None) -> float | None:
+         fixed_bytes: int | None = None, spec: str | None = None,
+         kept: tuple[float, float] | None = None) -> float | None:
     """Bytes of ``job``'s artifact in the profile, projected from the rehearsal's ``measured_bytes``:
     an index (and a run file) grows with its documents (queries), so it is scaled by the profile's
     units over the measured ones, but for its ``fixed_bytes`` (a PQ's codebooks: the trained index
@@ -261,9 +287,13 @@ def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes:
     steps, and a measurement is kept as measured. None where nothing was measured or a count is missing.
     A ``sparse-csr`` index (SVDR's E(D), an uncompressed scipy CSR: 4-byte values, int32 column ids and
     row offsets on a slice) whose entries pass 2^31 at the profile's scale keeps int64 ids and offsets
-    there, as scipy does: 12 bytes an entry, not 8 (NQ's ~16G entries: ~182 GiB, not ~122)."""
+    there, as scipy does: 12 bytes an entry, not 8 (NQ's ~16G entries: ~182 GiB, not ~122).
+    ``kept`` (measured, profile's fraction of tokens a phrase dump keeps, :func:`kept_fractions`): its
+    dump and the indexes over it hold one row a kept token, so they scale by the one over the other."""
     if measured_bytes is None:
         return None
+    if kept is not None:
+        measured_bytes = int(float(measured_bytes) * kept[1] / kept[0])
     if job.stage == "index" and spec == "sparse-csr" and units is not None and cost.get("units"):
         n_meas, n_prof = float(cost["units"]) * 1000, float(units) * 1000   # documents (units of 1,000)
         nnz = max(0.0, float(measured_bytes) - 4 * (n_meas + 1)) / 8   # the slice's: 8 bytes an entry
@@ -750,7 +780,8 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     stage = job.stage
     code = code_id(str(stage), job.method, job.step)   # today's code of the job's step (ledger.pick prefers it)
     d = ledger.pick(cands, bool(job.gpu), now, prefer, code)
-    row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"))
+    row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"),
+                  kept_fractions(cfg, job, d))
     if row["hardware"] == "cpu":
         row["hardware"] = ledger_machine(d)
     if stage in SEARCHING:

@@ -66,6 +66,9 @@ def entry(d: Mapping[str, Any], searched: int | None = None) -> dict[str, Any]:
     """A ledger line of a measured job's meta.json ``d`` (``searched``: documents of the index a
     search job read, which its line cannot look up later)."""
     out = {k: d[k] for k in KEPT if d.get(k) is not None}
+    dump = d.get("dump")
+    if isinstance(dump, Mapping) and dump.get("kept_fraction") is not None:
+        out["kept_fraction"] = float(dump["kept_fraction"])   # a phrase dump's tokens kept (harness.estimate.disk)
     if searched:
         out["documents_searched"] = int(searched)
     return out

@@ -226,10 +226,14 @@ def _brute_top1(dump, qs: np.ndarray, qe: np.ndarray, L: int) -> tuple[float, in
     return best
 
 
-def test_smoke_train_dump_index_search_and_query_side_finetuning(tmp_path, cfg):
+def test_smoke_train_dump_index_search_and_query_side_finetuning(tmp_path, cfg, monkeypatch):
     """A few steps on the smoke fixture: pre-batch negatives switch on, the dump holds exactly the
     kept tokens, the Flat index's top phrase is the exact argmax of Eq. 10 over the dump, and
-    query-side fine-tuning leaves the phrase encoder (and so the index) untouched."""
+    query-side fine-tuning leaves the phrase encoder (and so the index) untouched. Where no training
+    question retrieves a gold phrase (the rehearsal's two-step model, 2026-12-06: 0 of 168, so Eq. 11
+    never stepped and its cost could not be priced), it stops without a step, unless fallbacks are
+    allowed (the rehearsal's device_fallback): then each question's top phrase stands in for its gold,
+    Eq. 11 steps at its batch, and the fallback is recorded."""
     from harness.config import results_root
     from harness.datasets import prepare as prepare_dataset
     from harness.indexes.phrase_dump import PhraseDump
@@ -279,6 +283,23 @@ def test_smoke_train_dump_index_search_and_query_side_finetuning(tmp_path, cfg):
     if qinfo["best_epoch"] > 0:
         assert not all(torch.equal(a, b) for a, b in zip(model.q_start.state_dict().values(),
                                                          tuned.q_start.state_dict().values()))
+    from harness import cost
+    from harness.methods.densephrases import qs as qs_module
+
+    monkeypatch.setattr(qs_module, "_gold_mask", lambda phrases, answers, rule: [False] * len(phrases))
+    for allowed in (False, True):
+        cost.allow_fallbacks(allowed)
+        out = tmp_path / f"qs-fallback-{allowed}"
+        out.mkdir()
+        got = dp.train_qs(c, s, {"data": data, "model": model_dir, "index": index_dir}, out)
+        last = got["history"][-1]
+        if allowed:
+            assert got["steps"] == 2 and last["with_gold"] == 0 and last["stand_in_gold"] == 16   # 16 / batch 8
+            assert cost.fallbacks() == [qs_module.STAND_IN]
+        else:
+            assert got["steps"] == 0 and last["with_gold"] == 0 and "fewer than 2" in last["why"]
+            assert cost.fallbacks() == []
+    cost.allow_fallbacks(False)
 
 
 def test_dpr_reader_timing_reads_each_question(tmp_path, cfg, monkeypatch):

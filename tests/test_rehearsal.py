@@ -1131,6 +1131,37 @@ def test_disk_scales_what_grows_with_the_corpus_and_keeps_a_codebook_once():
     assert estimate.disk(SimpleNamespace(stage="train"), 5.0, {}, 800, fixed_bytes=10) == 800  # a model: as measured
 
 
+def test_a_phrase_dump_is_projected_at_the_profiles_kept_fraction_not_a_two_step_filters():
+    """DensePhrases' NQ index on 2026-12-06 (AVX2 EPYC): the two-step model's filter threshold kept 99.8%
+    of the tokens, a 411 MB folder over 2,067 passages, and the estimate's disk rose from 3,271 to 9,182
+    GiB with it. The ledger line keeps the dump's kept fraction; the estimate scales the folder (dump and
+    the indexes over it: one row a kept token) to the paper profile's 25% (App. E: "we filter about 75%
+    of tokens"), and says so. A record without the fraction, another stage, or one at the profile's
+    fraction is projected as before."""
+    from harness import estimate, ledger, plan
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    job = plan.get(paper).job("index", "densephrases", "nq")
+    meta = {"kind": "index", "job": "densephrases", "method": "densephrases", "dataset": "nq", "bytes": 411_411_955,
+            "cost": {"seconds": 1918.5, "seconds_per_unit": 885.27, "unit": "1k documents", "units": 2.067},
+            "dump": {"tokens_seen": 317_369, "tokens_kept": 316_864, "kept_fraction": 316_864 / 317_369}}
+    line = ledger.entry(meta)
+    assert line["kept_fraction"] == pytest.approx(0.9984, abs=1e-4) and "dump" not in line
+    kept = estimate.kept_fractions(paper, job, line)
+    assert kept == (pytest.approx(0.9984, abs=1e-4), 0.25)
+    units, _ = estimate.paper_units(paper, job)
+    plain = estimate.disk(job, units, line["cost"], line["bytes"])
+    scaled = estimate.disk(job, units, line["cost"], line["bytes"], kept=kept)
+    assert scaled == pytest.approx(plain * 0.25 / kept[0], rel=1e-6)
+    row = estimate.project(paper, job, line["cost"], None, line["bytes"], kept=kept)
+    assert row["disk_gib"] == pytest.approx(scaled / 2**30, abs=1e-3) and "25% of tokens kept" in row["how"]
+    assert estimate.kept_fractions(paper, job, meta) == kept   # a rehearsal folder's meta.json, as read
+    assert estimate.kept_fractions(paper, job, {k: v for k, v in line.items() if k != "kept_fraction"}) is None
+    assert estimate.kept_fractions(paper, job, {**line, "kept_fraction": 0.25}) is None
+    assert estimate.kept_fractions(paper, plan.get(paper).job("train", "densephrases"), line) is None
+
+
 def test_a_job_that_holds_its_corpus_notes_it_and_the_estimate_projects_it(tmp_path):
     """store.corpus_by_id / corpus_list / corpus_texts note the corpus a job holds whole (its records
     and their bytes in Python objects, within 10% of what tracemalloc counts); the job's cost carries
