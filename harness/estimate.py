@@ -1124,7 +1124,8 @@ def summary(t: Mapping[str, Any]) -> list[str]:
             peaks,
             *([booked] if booked else []),
             f"disk: {t['disk_gib']:,.1f} GiB of artifacts ({t['disk_jobs']} jobs sized: indexes and runs scaled by "
-            f"their documents and queries, models as measured)",
+            f"their documents and queries, a phrase dump at its profile's filter.kept_fraction of tokens, "
+            f"models as measured)",
             *([f"of which the learning check's initial checkpoints (the @init twins: each checked model untrained, "
                f"indexed and searched as it is): {t['init_twins']} job(s), {t['init_twin_hours']:,.1f} h and "
                f"{t['init_twin_disk_gib']:,.1f} GiB; learning.check: none leaves them out (each model's loss check stays)"]
