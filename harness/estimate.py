@@ -260,9 +260,9 @@ def held_corpora(cfg: Mapping[str, Any], held: Mapping[str, Mapping[str, int]] |
 def kept_fractions(cfg: Mapping[str, Any], job: Any, record: Mapping[str, Any]) -> tuple[float, float] | None:
     """(measured, profile's) fraction of a phrase dump's tokens its filter keeps, where a measured
     index job's record gives the first (its meta.json's ``dump.kept_fraction``, a ledger line's
-    ``kept_fraction``: :func:`harness.ledger.entry`) and the
-    profile's ``methods.<method>.filter.kept_fraction`` the second (DensePhrases App. E: "we filter
-    about 75% of tokens"); None where either is missing or they agree. The rehearsal's threshold is
+    ``kept_fraction``: :func:`harness.ledger.entry`) and the profile's
+    ``methods.<method>.filter.kept_fraction`` the second (DensePhrases App. E: "we filter about 75%
+    of tokens"); None where either is missing or they agree. The rehearsal's threshold is
     tuned on dev questions with a model of a few steps, whose filter logits separate little: its
     dump keeps what such a filter keeps (2026-12-06: 99.8% of tokens), not what a trained one does."""
     from harness import plan
