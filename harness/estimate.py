@@ -259,22 +259,21 @@ def held_corpora(cfg: Mapping[str, Any], held: Mapping[str, Mapping[str, int]] |
 
 def kept_fractions(cfg: Mapping[str, Any], job: Any, record: Mapping[str, Any]) -> tuple[float, float] | None:
     """(measured, profile's) fraction of a phrase dump's tokens its filter keeps, where a measured
-    index job's record gives the first (its meta.json's ``dump.kept_fraction``, a ledger line's
-    ``kept_fraction``: :func:`harness.ledger.entry`) and the profile's
+    index job's record gives the first (:func:`harness.ledger.kept_fraction`) and the profile's
     ``methods.<method>.filter.kept_fraction`` the second (DensePhrases App. E: "we filter about 75%
     of tokens"); None where either is missing or they agree. The rehearsal's threshold is
     tuned on dev questions with a model of a few steps, whose filter logits separate little: its
     dump keeps what such a filter keeps (2026-12-06: 99.8% of tokens), not what a trained one does."""
-    from harness import plan
+    from harness import ledger, plan
 
-    measured = record.get("kept_fraction", (record.get("dump") or {}).get("kept_fraction"))  # a ledger line's, a meta.json's
-    if job.stage != "index" or measured is None or float(measured) <= 0:
+    measured = ledger.kept_fraction(record)
+    if job.stage != "index" or measured is None or measured <= 0:
         return None
     filt = _setting(plan.get(cfg).values(job), job.method, "filter")
     target = filt.get("kept_fraction") if isinstance(filt, Mapping) else None
-    if target is None or abs(float(target) - float(measured)) < 1e-9:
+    if target is None or abs(float(target) - measured) < 1e-9:
         return None
-    return float(measured), float(target)
+    return measured, float(target)
 
 
 def disk(job: Any, units: float | None, cost: Mapping[str, Any], measured_bytes: int | None,

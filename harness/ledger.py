@@ -62,13 +62,21 @@ def log_of(stage: str, job: str, dataset: str | None) -> str:
     return f"logs/{stage}/{job}.log" if not dataset else f"logs/{stage}/{job}-{dataset}.log"
 
 
+def kept_fraction(d: Mapping[str, Any]) -> float | None:
+    """The fraction of its tokens a phrase dump kept, of an index job's meta.json (``dump.kept_fraction``)
+    or ledger line (``kept_fraction``); None where it built no dump."""
+    dump = d.get("dump")
+    got = d.get("kept_fraction", dump.get("kept_fraction") if isinstance(dump, Mapping) else None)
+    return float(got) if got is not None else None
+
+
 def entry(d: Mapping[str, Any], searched: int | None = None) -> dict[str, Any]:
     """A ledger line of a measured job's meta.json ``d`` (``searched``: documents of the index a
     search job read, which its line cannot look up later)."""
     out = {k: d[k] for k in KEPT if d.get(k) is not None}
-    dump = d.get("dump")
-    if isinstance(dump, Mapping) and dump.get("kept_fraction") is not None:
-        out["kept_fraction"] = float(dump["kept_fraction"])   # a phrase dump's tokens kept (harness.estimate.disk)
+    kept = kept_fraction(d)
+    if kept is not None:
+        out["kept_fraction"] = kept   # a phrase dump's tokens kept (harness.estimate.kept_fractions)
     if searched:
         out["documents_searched"] = int(searched)
     return out
