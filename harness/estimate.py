@@ -369,10 +369,10 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     (this machine's rehearsal) or in ``ledger_records`` (:func:`harness.ledger.read`): one record per
     job, chosen by :func:`harness.ledger.pick`; each row names its ``source`` and says where the
     job's settings changed since it was measured (``stale``). ``other_datasets``: also a row for each
-    index and search job the DAG runs on a dataset where it was not measured, from the same job
-    measured on another (``measured_on_dataset``). ``siblings``: also a row for each variant or
-    ``@init`` job of a measured one that runs the same step on the same encoder shape
-    (:func:`sibling_of`; ``borrowed_from``). ``scaled``: also a row for each variant job that differs
+    index, search and measure job the DAG runs on a dataset where it was not measured, from the same
+    job measured on another (``measured_on_dataset``). ``siblings``: also a row for each variant or
+    ``@init`` job of a priced one that runs the same step on the same encoder shape, and for a main
+    model's index or search job from its twin's or variant's (:func:`sibling_of`; ``borrowed_from``). ``scaled``: also a row for each variant job that differs
     from its method's own measured job in its backbone alone, its seconds scaled by the backbones'
     matmul parameters (:func:`backbone_scale`; ``scaled_by``: rough, never measured)."""
 
@@ -402,10 +402,11 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
         rows.append(_row(cfg, job, cands, hashes.get((stage, job_id, dataset)), prefer))
     # an index or search job measured on one dataset only: its per-1,000-document (per-query) cost
     # projects the same job on the profile's other datasets, said in the row (another corpus: its
-    # passages' lengths differ, and the encoders pad to the batch's longest)
+    # passages' lengths differ, and the encoders pad to the batch's longest); a measure job (priced as
+    # measured, a lower bound) the same: LightRetriever's Figure 5 on each BEIR set
     on: dict[tuple[str, str], list[str]] = {}
     for stage, job_id, dataset in found:
-        if stage in ("index", "search") and dataset:
+        if stage in ("index", "search", "measure") and dataset:
             on.setdefault((stage, job_id), []).append(dataset)
     for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
         stage, job_id, dataset = key
@@ -413,35 +414,46 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
             continue
         src = sorted(on[stage, job_id], key=lambda d: (d != "nq", d))[0]
         row = _row(cfg, job, found[stage, job_id, src], hashes.get((stage, job_id, src)), prefer)
-        row["how"] += f" (per-unit cost measured on {src}: another corpus)"
+        row["how"] += f" ({'as' if stage == 'measure' else 'per-unit cost'} measured on {src}: another corpus)"
         row["measured_on_dataset"] = src
         rows.append(row)
     # a variant or @init job priced from the per-unit cost of the job it varies (its own units: epochs,
-    # documents, queries), where both run the same step on the same encoder shape (sibling_of)
+    # documents, queries), where both run the same step on the same encoder shape (sibling_of); a main
+    # model's index or search from its @init twin's or a variant's that varies it in training alone
+    # (same_model). A job priced so prices the jobs that vary it in turn (QCR's qcr@init index through
+    # qcr's, through qcr.noent's, from qcr.grid-b0k1's measured one): passes until none is added
     priced = {(r["stage"], r["job"], r["dataset"] or None): r for r in rows}
-    for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
-        if not siblings or key in priced:
-            continue
-        less: list[str] = []
-        base, differs = sibling_of(p, job, priced, less)
-        if base is None:
-            continue
-        src = priced.get((job.stage, base, job.dataset))  # measured, or projected from another dataset
-        if src is None:
-            continue
-        ds = src.get("measured_on_dataset") or job.dataset
-        row = _row(cfg, job, found[job.stage, base, ds], hashes.get((job.stage, base, ds)), prefer)
-        same = "" if _is_fusion(job) else "the same step on the same encoder shape, "
-        row["how"] += (f" (per-unit cost of {job.stage} {base}" + (f" measured on {ds}" if ds != job.dataset else "")
-                       + f": {same}{differs})")
-        if less:   # it does part of that job's work (AT_MOST)
-            row["how"] += (f" (it does at most that job's work, {'; '.join(less)}: an upper bound"
-                           + (", beside the lower bound above: neither" if row.get("bound") == "lower" else "") + ")")
-            row["bound"] = "upper" if row.get("bound") != "lower" else None
-        row["borrowed_from"] = base
-        row.pop("stale", None)  # said of the job measured, in its own row
-        row.pop("older_code", None)
-        rows.append(row)
+    record = {k: (k[0], k[1], r.get("measured_on_dataset") or k[2]) for k, r in priced.items()}  # the job measured
+    added = siblings
+    while added:
+        added = False
+        for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
+            if key in priced:
+                continue
+            less: list[str] = []
+            base, differs = sibling_of(p, job, priced, less)
+            src = priced.get((job.stage, base, job.dataset)) if base is not None else None  # measured, or projected
+            if src is None:
+                continue
+            rec = record[job.stage, base, job.dataset]
+            ds = rec[2]
+            row = _row(cfg, job, found[rec], hashes.get(rec), prefer)
+            same = "" if _is_fusion(job) else "the same step on the same encoder shape, "
+            row["how"] += (f" (per-unit cost of {job.stage} {base}" + (f" measured on {ds}" if ds != job.dataset and rec[1] == base else "")
+                           + f": {same}{differs}"
+                           + (f"; {base}'s own from {job.stage} {rec[1]}'s" + (f" measured on {ds}" if ds != job.dataset else "")
+                              if rec[1] != base else "") + ")")
+            if src.get("bound") == "upper" and rec[1] != base:   # priced through a job priced as an upper bound
+                less.append(f"as {job.stage} {base} is")
+            if less:   # it does part of that job's work (AT_MOST)
+                row["how"] += (f" (it does at most that job's work, {'; '.join(less)}: an upper bound"
+                               + (", beside the lower bound above: neither" if row.get("bound") == "lower" else "") + ")")
+                row["bound"] = "upper" if row.get("bound") != "lower" else None
+            row["borrowed_from"] = base
+            row.pop("stale", None)  # said of the job measured, in its own row
+            row.pop("older_code", None)
+            rows.append(row)
+            priced[key], record[key], added = row, rec, True
     # a variant on another backbone (LightRetriever's other LLMs): the measured job's seconds x the
     # ratio of the backbones' matmul parameters (forward FLOPs per token), said in the row
     priced = {(r["stage"], r["job"], r["dataset"] or None): r for r in rows}
@@ -627,22 +639,65 @@ def sibling_of(p: Any, job: Any, priced: Any = (), upper: list[str] | None = Non
     ((stage, id, dataset) keys), for an index or search job: another variant's job in ``priced``
     whose models differ from this one's in training alone (:func:`same_start`; QCR's grid model
     ``grid-b1k1`` indexes as ``grid-b0k1`` does: batch 2,048 or 256, K 250 both); for a fusion job,
-    another fusion job in ``priced`` that fuses as many runs the same way (:func:`same_fusion`).
-    (None, why not) otherwise. QCR's grid models train at other batch sizes and codes: their
-    training is never priced from another's."""
+    another fusion job in ``priced`` that fuses as many runs the same way (:func:`same_fusion`); for a
+    main model's index or search job, its ``@init`` twin's or a variant's that does its work per unit
+    (:func:`same_model`). (None, why not) otherwise. QCR's grid models train at other batch sizes and
+    codes: their training is never priced from another's."""
     less: list[str] = []
     base, why = _varied(p, job, less if upper is not None else None)
     unpriced = base is None or priced and (job.stage, base, job.dataset) not in priced
-    if unpriced and job.stage in ("index", "search"):
-        for other in same_start(p, job):
-            if (job.stage, other, job.dataset) in priced:
+    # where the job it varies is itself priced from another's (a Mapping of rows says so), a measured
+    # job whose models differ from its own in training alone comes first
+    via = not unpriced and isinstance(priced, Mapping) and bool(priced[job.stage, base, job.dataset].get("borrowed_from"))
+    if (unpriced or via) and job.stage in ("index", "search"):
+        for other in _measured_first(same_start(p, job), job, priced):
+            if unpriced or not priced[job.stage, other, job.dataset].get("borrowed_from"):
                 return other, f"its models differ from {other}'s in training alone"
+    if unpriced and job.stage in ("index", "search"):
         other, how = same_fusion(p, job, priced)
         if other is not None:
             return other, how
+        if base is None:
+            other, how = same_model(p, job, priced)
+            if other is not None:
+                return other, how
     if upper is not None and base is not None:
         upper.extend(less)
     return base, why
+
+
+def same_model(p: Any, job: Any, priced: Any) -> tuple[str | None, str]:
+    """(a job in ``priced`` whose per-unit cost prices ``job``, how) where ``job`` is the index or search
+    job of a method's main model (its id the method's): the same job of its ``@init`` twin (the same
+    model untrained) or of a variant that varies it in training alone (:func:`_varied`, strict: the
+    same step, parameters and shape settings; QCR's ``qcr.noent``, whose entropy weight only training
+    reads), else of another variant whose models differ from such a variant's in training alone
+    (:func:`same_start`: ``qcr.grid-b0k1``, K 250 as the main model's). The converse of pricing a
+    variant from the main model's job, and as exact. (None, why not) otherwise."""
+    if job.stage not in ("index", "search") or job.id != job.method:
+        return None, "not a main model's index or search job"
+    same = []
+    for (stage, other, dataset), o in p.closure().items():
+        if stage == job.stage and dataset == job.dataset and other != job.id and o.method == job.method:
+            base, why = _varied(p, o)
+            if base == job.id:
+                same.append((INIT not in other, other, why))
+    for _, other, why in sorted(same):
+        if (job.stage, other, job.dataset) in priced:
+            return other, f"{other} does its work per unit: {why}"
+    for _, other, why in sorted(same):
+        for alike in _measured_first(same_start(p, p.job(job.stage, other, job.dataset)), job, priced):
+            return alike, (f"{other} does its work per unit ({why}) and its models differ from {alike}'s in "
+                           f"training alone")
+    return None, f"no job priced that does {job.stage} {job.id}'s work per unit"
+
+
+def _measured_first(ids: Iterable[str], job: Any, priced: Any) -> list[str]:
+    """Those of ``ids`` whose job of ``job``'s stage and dataset is in ``priced``, the ones measured
+    first (where ``priced`` maps keys to rows: a row without ``borrowed_from``), then by id."""
+    keys = [(job.stage, i, job.dataset) for i in ids]
+    return [k[1] for k in sorted((k for k in keys if k in priced),
+                                 key=lambda k: (isinstance(priced, Mapping) and bool(priced[k].get("borrowed_from")), k[1]))]
 
 
 def _is_fusion(job: Any) -> bool:
@@ -672,10 +727,11 @@ def same_fusion(p: Any, job: Any, priced: Any) -> tuple[str | None, str]:
         except ConfigError:
             continue
         if _is_fusion(o) and (o.params.get("how"), len(o.params.get("runs") or ())) == what:
-            found.append((o.method != job.method, other))
+            borrowed = isinstance(priced, Mapping) and bool(priced[stage, other, dataset].get("borrowed_from"))
+            found.append((borrowed, o.method != job.method, other))
     if not found:
         return None, f"no fusion job priced that fuses {what[1]} runs by {what[0]}"
-    other = min(found)[1]
+    other = min(found)[-1]
     return other, f"the same fusion ({what[0]} of {what[1]} runs) per query, whatever models wrote its runs"
 
 
@@ -1065,7 +1121,11 @@ def schedule(cfg: Mapping[str, Any], rows: list[Mapping[str, Any]], gpus: int) -
             waiting[c] -= 1
             if waiting[c] == 0:
                 heapq.heappush(ready, (-below[c], str(c), c))
+    untimed: dict[tuple[str, str], list[str]] = {}
+    for st, i, d in sorted((k for k in jobs if k not in secs), key=str):
+        untimed.setdefault((str(st), i), []).extend([d] if d else [])
     return {"jobs": len(jobs), "timed": sum(1 for k in jobs if k in secs), "gpus": gpus,
+            "untimed": [f"{st} {i}" + (f" on {', '.join(ds)}" if ds else "") for (st, i), ds in untimed.items()],
             "critical_hours": below[start] / 3600, "wall_hours": max(finish.values(), default=0.0) / 3600,
             "chain": [(f"{st} {i}" + (f" on {d}" if d else ""), sec / 3600) for (st, i, d), sec in chain]}
 
@@ -1075,6 +1135,8 @@ def schedule_lines(sc: Mapping[str, Any]) -> list[str]:
     chain = " -> ".join(f"{name} ({h:,.1f} h)" for name, h in sc["chain"]) or "none timed"
     bound = (f"; {sc['jobs'] - sc['timed']} of the profile's {sc['jobs']} jobs have no measured cost and count 0 s: "
              f"lower bounds") if sc["timed"] < sc["jobs"] else ""
+    if sc.get("untimed"):
+        bound += f" ({'; '.join(sc['untimed'])})"
     return [f"critical path (the longest chain of dependent jobs, GPUs unlimited): {sc['critical_hours']:,.1f} hours: {chain}",
             f"on {sc['gpus']} GPUs (list schedule, longest chain first; CPU jobs beside them): {sc['wall_hours']:,.1f} "
             f"hours wall{bound}"]
@@ -1099,7 +1161,8 @@ def summary(t: Mapping[str, Any]) -> list[str]:
                 "cluster that enforces its bookings book them at least their index: the profile's scheduler.mem_mb "
                 "('<stage> <job id>': MB)") if short else None
     borrowed, sib, sc = t.get("borrowed", 0), t.get("siblings", 0), t.get("scaled", 0)
-    also = ([f"{borrowed} index and search jobs projected from the same job measured on another dataset"] if borrowed else []) \
+    also = ([f"{borrowed} index, search and measure jobs projected from the same job measured on another dataset"]
+            if borrowed else []) \
         + ([f"{sib} variant and @init jobs from the per-unit cost of the job they vary (or of another "
             f"variant's, whose models differ in training alone), the same step on the same encoder shape, or a "
             f"fusion from a fusion of the same kind"] if sib else []) \

@@ -234,7 +234,7 @@ def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_pa
     assert "projected" in out and "40 epochs x ceil(58,880 / 128)" in out and "1 job(s) of the rehearsal failed or did not finish" in out
     # DPR's index and search and BM25's search, measured on NQ, project those jobs on the profile's other
     # datasets too (23 rows), and their searches are lower bounds as NQ's is
-    assert ("jobs measured: 4 (and 23 index and search jobs projected from the same job measured on another dataset; 3 "
+    assert ("jobs measured: 4 (and 23 index, search and measure jobs projected from the same job measured on another dataset; 3 "
             "variant and @init jobs from the per-unit cost of the job they vary") in out  # dpr@init: train, index, search
     assert "9 jobs (0.4 h) are lower bounds" in out  # dpr@init's search too
     assert "GPU-hours; on 8 GPUs at best" in out and "CPU jobs: 4.9 hours of job time" in out and "GiB of artifacts" in out
@@ -718,6 +718,10 @@ def test_the_estimate_schedules_the_profiles_dag_critical_path_and_gpus():
     lines = estimate.schedule_lines(sc)
     assert "train dpr (2.0 h) -> index dpr on nq (1.0 h) -> search dpr on nq (0.1 h)" in lines[0]
     assert f"{sc['jobs'] - 3} of the profile's {sc['jobs']} jobs have no measured cost" in lines[1]
+    # the unmeasured jobs named, a job's datasets together; the measured ones not
+    assert len(sc["untimed"]) < sc["jobs"] - 3 and "index bm25 on " in lines[1] and "search dpr on nq" not in sc["untimed"]
+    assert "train bpr" in sc["untimed"] and "train dpr" not in sc["untimed"] and f"({'; '.join(sc['untimed'])})" in lines[1]
+    assert any(x.startswith("search dpr on ") and ", " in x for x in sc["untimed"])   # its other datasets
     two = [row("train", "dpr", "", 7200.0), row("train", "bpr", "", 3600.0)]  # both train on NQ's negatives, apart
     one_gpu, two_gpus = estimate.schedule(cfg, two, 1), estimate.schedule(cfg, two, 2)
     assert abs(one_gpu["wall_hours"] - 3.0) < 1e-9 and abs(two_gpus["wall_hours"] - 2.0) < 1e-9
@@ -987,8 +991,9 @@ def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model
     """QCR's grid models grid-b0k1 and grid-b1k1 train at batch 256 and 2,048, both at K 250, and its
     no-entropy variant drops a loss term: their indexes encode the same passages into the same codes
     with the same encoder, so one measured grid-b0k1 index prices the other two per document (their
-    training, at another batch, is never priced so). The K-150 grid models, QCR-uns. (Contriever)
-    and the main model (its start is its own) are not."""
+    training, at another batch, is never priced so). The main model's index does the no-entropy
+    variant's work, and its @init twin's the main model's: both priced through them. The K-150 grid
+    models and QCR-uns. (Contriever) are not."""
     import json
 
     from harness import cost, estimate, plan
@@ -1003,7 +1008,14 @@ def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model
     assert sib("index", "qcr.noent", "msmarco")[0] == "qcr.grid-b0k1"
     assert sib("index", "qcr.grid-b1k0", "msmarco")[0] is None  # K 150
     assert sib("index", "qcr.grid-b1k1", "scifact")[0] is None  # not measured there (the estimate: via msmarco)
-    assert sib("train", "qcr.grid-b1k1", None)[0] is None and sib("index", "qcr", "msmarco")[0] is None
+    assert sib("train", "qcr.grid-b1k1", None)[0] is None
+    assert sib("index", "qcr", "msmarco") == ("qcr.grid-b0k1", "qcr.noent does its work per unit (the variant noent) "
+                                              "and its models differ from qcr.grid-b0k1's in training alone")
+    assert estimate.sibling_of(p, p.job("index", "qcr", "msmarco"), {("index", "qcr@init", "msmarco")}) == \
+        ("qcr@init", "qcr@init does its work per unit: random initial weights")   # its own twin first
+    assert estimate.same_model(p, p.job("index", "qcr.uns", "msmarco"), measured)[0] is None   # a variant
+    assert estimate.same_model(p, p.job("index", "qcr", "msmarco"), set())[0] is None   # nothing priced
+    assert estimate.same_model(p, p.job("train", "qcr", None), measured)[0] is None   # its training is its own
     assert estimate.same_start(p, p.job("index", "qcr.uns", "msmarco")) == []
     assert estimate.same_start(p, p.job("search", "qcr.grid-b1k1", "msmarco")) == ["qcr.grid-b0k1", "qcr.noent"]
 
@@ -1021,7 +1033,14 @@ def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model
         assert "its models differ from qcr.grid-b0k1's in training alone" in r["how"]
     assert rows["index", "qcr.grid-b1k1", "scifact"]["how"].count("measured on msmarco") == 1
     assert ref["seconds"] > 0 and not ref.get("borrowed_from")
-    assert not {k for k in rows if k[1] in ("qcr.grid-b0k0", "qcr.grid-b1k0", "qcr.uns", "qcr")}
+    main, init = rows["index", "qcr", "msmarco"], rows["index", "qcr@init", "msmarco"]
+    assert main["borrowed_from"] == "qcr.grid-b0k1" and main["seconds"] == pytest.approx(ref["seconds"])
+    assert "qcr.noent does its work per unit" in main["how"]
+    assert init["borrowed_from"] == "qcr" and init["seconds"] == pytest.approx(ref["seconds"])   # through qcr's
+    assert "(per-unit cost of index qcr: the same step on the same encoder shape, random initial weights; qcr's own " \
+           "from index qcr.grid-b0k1's)" in init["how"]
+    assert "qcr's own from index qcr.grid-b0k1's measured on msmarco" in rows["index", "qcr@init", "scifact"]["how"]
+    assert not {k for k in rows if k[1] in ("qcr.grid-b0k0", "qcr.grid-b1k0", "qcr.uns")}
     assert ("train", "qcr.grid-b1k1", None) not in rows
     # SVDR's ablation models are variants by their ``ablation`` parameter: w/o neg (batch 256, no hard
     # negatives: training alone) prices the m = 1, m = 100 and w/o retrieval searches; ref (the main
@@ -1031,6 +1050,39 @@ def test_a_variants_index_and_search_are_priced_from_another_variant_whose_model
         assert estimate.sibling_of(p, p.job("search", f"svdr.abl-{a}", "nq"), svdr)[0] == "svdr.abl-noneg", a
     for a in ("ref", "nosp"):
         assert estimate.sibling_of(p, p.job("search", f"svdr.abl-{a}", "nq"), svdr)[0] is None, a
+    # each priced from the measured job, not through another priced from it (svdr.abl-m1 sorts first)
+    folder = tmp_path / "runs" / "nq" / "svdr.abl-noneg"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"kind": "run", "job": "svdr.abl-noneg", "dataset": "nq",
+                                                  "cost": cost.record("search", {"queries": 32}, 3.2)}))
+    rows = {(r["stage"], r["job"], r["dataset"]): r for r in estimate.estimate(paper, tmp_path)}
+    for a in ("m1", "m100", "noret"):
+        assert rows["search", f"svdr.abl-{a}", "nq"]["borrowed_from"] == "svdr.abl-noneg", a
+
+
+def test_a_measure_job_measured_on_one_dataset_prices_it_on_the_others_as_measured(tmp_path):
+    """LightRetriever's Figure 5 (nDCG@10 at each dims and terms point, and a plot) runs on five BEIR
+    sets; the rehearsal measured it on SciFact: the others are priced as measured there (another
+    corpus; a lower bound, as every measure job is), said in the row. Without other datasets, not."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    cost.allow_fallbacks(False)
+    folder = tmp_path / "metrics" / "scifact" / "lightretriever.fig5"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"kind": "metrics", "job": "lightretriever.fig5", "dataset": "scifact",
+                                                  "cost": {"seconds": 2.0, "host_peak_bytes": 2**28}}))
+    figs = {r["dataset"]: r for r in estimate.estimate(paper, tmp_path) if r["job"] == "lightretriever.fig5"}
+    assert set(figs) == {"scifact", "arguana", "fiqa", "nfcorpus", "scidocs"}
+    assert figs["scifact"]["seconds"] == 2.0 and not figs["scifact"].get("measured_on_dataset")
+    for ds in ("arguana", "fiqa", "nfcorpus", "scidocs"):
+        r = figs[ds]
+        assert r["seconds"] == 2.0 and r["bound"] == "lower" and r["measured_on_dataset"] == "scifact", ds
+        assert r["how"].endswith("(as measured on scifact: another corpus)"), r["how"]
+    assert {r["dataset"] for r in estimate.estimate(paper, tmp_path, other_datasets=False)} == {"scifact"}
 
 
 def test_a_search_that_encodes_its_corpus_is_priced_per_document_and_per_query(tmp_path):

@@ -358,7 +358,7 @@ def test_estimate_page_projects_the_rehearsals_jobs_or_says_how_to_run_it(profil
     assert "3,610 test queries" in page and "<td class='projected'>0.10</td>" in page  # 0.1 s x 3,610 = 0.10 h
     # the paper profile's DPR books a GPU; measured on a CPU, its hours are that CPU's, not GPU-hours
     # (and DPR's search on the profile's 7 other datasets, projected from NQ's)
-    assert ("jobs measured: 1 (and 7 index and search jobs projected from the same job measured on another dataset; 1 "
+    assert ("jobs measured: 1 (and 7 index, search and measure jobs projected from the same job measured on another dataset; 1 "
             "variant and @init jobs from the per-unit cost") in page  # search dpr@init
     assert "0.0 GPU-hours" in page and "GPU jobs measured on a CPU (device_fallback): 9 job(s), 0.4 hours" in page
     assert "CPU jobs: 0.0 hours" in page
