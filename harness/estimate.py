@@ -648,7 +648,8 @@ def sibling_of(p: Any, job: Any, priced: Any = (), upper: list[str] | None = Non
     unpriced = base is None or priced and (job.stage, base, job.dataset) not in priced
     # where the job it varies is itself priced from another's (a Mapping of rows says so), a measured
     # job whose models differ from its own in training alone comes first
-    via = not unpriced and isinstance(priced, Mapping) and bool(priced[job.stage, base, job.dataset].get("borrowed_from"))
+    via = (not unpriced and isinstance(priced, Mapping)
+           and bool((priced.get((job.stage, base, job.dataset)) or {}).get("borrowed_from")))
     if (unpriced or via) and job.stage in ("index", "search"):
         for other in _measured_first(same_start(p, job), job, priced):
             if unpriced or not priced[job.stage, other, job.dataset].get("borrowed_from"):
