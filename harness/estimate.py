@@ -372,9 +372,10 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     index, search and measure job the DAG runs on a dataset where it was not measured, from the same
     job measured on another (``measured_on_dataset``). ``siblings``: also a row for each variant or
     ``@init`` job of a priced one that runs the same step on the same encoder shape, and for a main
-    model's index or search job from its twin's or variant's (:func:`sibling_of`; ``borrowed_from``). ``scaled``: also a row for each variant job that differs
-    from its method's own measured job in its backbone alone, its seconds scaled by the backbones'
-    matmul parameters (:func:`backbone_scale`; ``scaled_by``: rough, never measured)."""
+    model's index or search job from its twin's or variant's (:func:`sibling_of`; ``borrowed_from``).
+    ``scaled``: also a row for each variant job that differs from its method's own measured job in its
+    backbone alone, its seconds scaled by the backbones' matmul parameters (:func:`backbone_scale`;
+    ``scaled_by``: rough, never measured)."""
 
     from harness import ledger, plan
     from harness.errors import ConfigError
@@ -439,10 +440,9 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
             ds = rec[2]
             row = _row(cfg, job, found[rec], hashes.get(rec), prefer)
             same = "" if _is_fusion(job) else "the same step on the same encoder shape, "
-            row["how"] += (f" (per-unit cost of {job.stage} {base}" + (f" measured on {ds}" if ds != job.dataset and rec[1] == base else "")
-                           + f": {same}{differs}"
-                           + (f"; {base}'s own from {job.stage} {rec[1]}'s" + (f" measured on {ds}" if ds != job.dataset else "")
-                              if rec[1] != base else "") + ")")
+            on = f" measured on {ds}" if ds != job.dataset else ""
+            via = f"; {base}'s own from {job.stage} {rec[1]}'s{on}" if rec[1] != base else ""
+            row["how"] += f" (per-unit cost of {job.stage} {base}{'' if via else on}: {same}{differs}{via})"
             if src.get("bound") == "upper" and rec[1] != base:   # priced through a job priced as an upper bound
                 less.append(f"as {job.stage} {base} is")
             if less:   # it does part of that job's work (AT_MOST)
@@ -697,8 +697,10 @@ def _measured_first(ids: Iterable[str], job: Any, priced: Any) -> list[str]:
     """Those of ``ids`` whose job of ``job``'s stage and dataset is in ``priced``, the ones measured
     first (where ``priced`` maps keys to rows: a row without ``borrowed_from``), then by id."""
     keys = [(job.stage, i, job.dataset) for i in ids]
-    return [k[1] for k in sorted((k for k in keys if k in priced),
-                                 key=lambda k: (isinstance(priced, Mapping) and bool(priced[k].get("borrowed_from")), k[1]))]
+    def rank(k: tuple[Any, str, Any]) -> tuple[bool, str]:
+        return isinstance(priced, Mapping) and bool(priced[k].get("borrowed_from")), k[1]
+
+    return [k[1] for k in sorted((k for k in keys if k in priced), key=rank)]
 
 
 def _is_fusion(job: Any) -> bool:
