@@ -421,19 +421,22 @@ def estimate(cfg: Mapping[str, Any], root: Any, ledger_records: list[Mapping[str
     # a variant or @init job priced from the per-unit cost of the job it varies (its own units: epochs,
     # documents, queries), where both run the same step on the same encoder shape (sibling_of); a main
     # model's index or search from its @init twin's or a variant's that varies it in training alone
-    # (same_model). A job priced so prices the jobs that vary it in turn (QCR's qcr@init index through
-    # qcr's, through qcr.noent's, from qcr.grid-b0k1's measured one): passes until none is added
+    # (same_model). In passes: the first prices from the jobs measured (on this dataset or another), each
+    # later one from the rows the passes before it added too, so that a job is priced from a measured
+    # job wherever one prices it, and through another job's price only where none does (QCR's qcr@init
+    # index through qcr's, itself through qcr.noent's from qcr.grid-b0k1's measured one)
     priced = {(r["stage"], r["job"], r["dataset"] or None): r for r in rows}
     record = {k: (k[0], k[1], r.get("measured_on_dataset") or k[2]) for k, r in priced.items()}  # the job measured
+    closure = sorted(p.closure().items(), key=lambda kv: str(kv[0]))
     added = siblings
     while added:
-        added = False
-        for key, job in sorted(p.closure().items(), key=lambda kv: str(kv[0])):
+        before, added = dict(priced), False
+        for key, job in closure:
             if key in priced:
                 continue
             less: list[str] = []
-            base, differs = sibling_of(p, job, priced, less)
-            src = priced.get((job.stage, base, job.dataset)) if base is not None else None  # measured, or projected
+            base, differs = sibling_of(p, job, before, less)
+            src = before.get((job.stage, base, job.dataset)) if base is not None else None  # measured, or projected
             if src is None:
                 continue
             rec = record[job.stage, base, job.dataset]
@@ -646,15 +649,10 @@ def sibling_of(p: Any, job: Any, priced: Any = (), upper: list[str] | None = Non
     less: list[str] = []
     base, why = _varied(p, job, less if upper is not None else None)
     unpriced = base is None or priced and (job.stage, base, job.dataset) not in priced
-    # where the job it varies is itself priced from another's (a Mapping of rows says so), a measured
-    # job whose models differ from its own in training alone comes first
-    via = (not unpriced and isinstance(priced, Mapping)
-           and bool((priced.get((job.stage, base, job.dataset)) or {}).get("borrowed_from")))
-    if (unpriced or via) and job.stage in ("index", "search"):
-        for other in _measured_first(same_start(p, job), job, priced):
-            if unpriced or not priced[job.stage, other, job.dataset].get("borrowed_from"):
-                return other, f"its models differ from {other}'s in training alone"
     if unpriced and job.stage in ("index", "search"):
+        for other in same_start(p, job):
+            if (job.stage, other, job.dataset) in priced:
+                return other, f"its models differ from {other}'s in training alone"
         other, how = same_fusion(p, job, priced)
         if other is not None:
             return other, how
@@ -677,30 +675,23 @@ def same_model(p: Any, job: Any, priced: Any) -> tuple[str | None, str]:
     variant from the main model's job, and as exact. (None, why not) otherwise."""
     if job.stage not in ("index", "search") or job.id != job.method:
         return None, "not a main model's index or search job"
-    same = []
+    same = {}   # the jobs that do its work per unit: id -> (job, how)
     for (stage, other, dataset), o in p.closure().items():
         if stage == job.stage and dataset == job.dataset and other != job.id and o.method == job.method:
             base, why = _varied(p, o)
             if base == job.id:
-                same.append((INIT not in other, other, why))
-    for _, other, why in sorted(same):
+                same[other] = (o, why)
+    order = sorted(same, key=lambda other: (INIT not in other, other))
+    for other in order:
         if (job.stage, other, job.dataset) in priced:
-            return other, f"{other} does its work per unit: {why}"
-    for _, other, why in sorted(same):
-        for alike in _measured_first(same_start(p, p.job(job.stage, other, job.dataset)), job, priced):
-            return alike, (f"{other} does its work per unit ({why}) and its models differ from {alike}'s in "
-                           f"training alone")
+            return other, f"{other} does its work per unit: {same[other][1]}"
+    for other in order:
+        o, why = same[other]
+        for alike in same_start(p, o):
+            if (job.stage, alike, job.dataset) in priced:
+                return alike, (f"{other} does its work per unit ({why}) and its models differ from {alike}'s in "
+                               f"training alone")
     return None, f"no job priced that does {job.stage} {job.id}'s work per unit"
-
-
-def _measured_first(ids: Iterable[str], job: Any, priced: Any) -> list[str]:
-    """Those of ``ids`` whose job of ``job``'s stage and dataset is in ``priced``, the ones measured
-    first (where ``priced`` maps keys to rows: a row without ``borrowed_from``), then by id."""
-    keys = [(job.stage, i, job.dataset) for i in ids]
-    def rank(k: tuple[Any, str, Any]) -> tuple[bool, str]:
-        return isinstance(priced, Mapping) and bool(priced[k].get("borrowed_from")), k[1]
-
-    return [k[1] for k in sorted((k for k in keys if k in priced), key=rank)]
 
 
 def _is_fusion(job: Any) -> bool:
@@ -730,11 +721,10 @@ def same_fusion(p: Any, job: Any, priced: Any) -> tuple[str | None, str]:
         except ConfigError:
             continue
         if _is_fusion(o) and (o.params.get("how"), len(o.params.get("runs") or ())) == what:
-            borrowed = isinstance(priced, Mapping) and bool(priced[stage, other, dataset].get("borrowed_from"))
-            found.append((borrowed, o.method != job.method, other))
+            found.append((o.method != job.method, other))
     if not found:
         return None, f"no fusion job priced that fuses {what[1]} runs by {what[0]}"
-    other = min(found)[-1]
+    other = min(found)[1]
     return other, f"the same fusion ({what[0]} of {what[1]} runs) per query, whatever models wrote its runs"
 
 
