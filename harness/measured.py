@@ -30,6 +30,9 @@ def locate(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> t
 
     name, _ = split_system(system)
     if dataset not in cfg["datasets"]:
+        why = cfg["tables"].get("unavailable", {}).get(dataset)  # a paper's label with no stand-in here
+        if why:
+            return [], [], f"no dataset of profile {cfg['profile']} stands in for {dataset}: {why}"
         return [], [], f"dataset {dataset!r} is not in profile {cfg['profile']}"
     p = hplan.get(cfg)
     if measure.startswith("metric:"):

@@ -138,6 +138,48 @@ def test_unknown_train_dataset_and_substitution():
         load_config(overrides={"substitutions": {"NQ": "nope"}})
 
 
+def test_a_profile_withdraws_a_stand_in_an_earlier_file_gave_a_label_with_null():
+    """configs/default.yaml maps SQuAD and BEIR to the smoke fixture; the paper profile has no stand-in for
+    either and drops them with null (its tables read the reason, not 'densephrases is not run on smoke')."""
+    paper = PROFILES / "paper.yaml"
+    cfg = load_config([paper])
+    assert "SQuAD" not in cfg["substitutions"] and "BEIR" not in cfg["substitutions"]
+    assert {"SQuAD", "BEIR"} <= set(cfg["tables"]["unavailable"])
+    with pytest.raises(ConfigError, match=r"substitutions.SQuAD gives SQuAD the stand-in 'nq', and "
+                                          r"tables.unavailable.SQuAD says this profile has none.*null"):
+        load_config([paper], overrides={"substitutions": {"SQuAD": "nq"}})
+    wired = load_config([paper], overrides={"substitutions": {"SQuAD": "nq"}, "tables.unavailable.SQuAD": None})
+    assert wired["substitutions"]["SQuAD"] == "nq" and "SQuAD" not in wired["tables"]["unavailable"]
+
+
+def _unexplained_labels(cfg):
+    """{paper dataset label: tables} the profile's tables read with neither a stand-in nor a reason."""
+    from harness.published import PAPERS
+    from harness.tables import matrix
+
+    subs, unavailable = cfg["substitutions"], cfg["tables"].get("unavailable", {})
+    out: dict[str, set[str]] = {}
+    for paper in PAPERS:
+        tables = matrix.load_matrix(paper)["tables"]
+        for rec in matrix.published(paper)["records"]:
+            tmatrix = tables.get(rec["table"], {})
+            if rec["row"] in tmatrix.get("published_only", []) or (rec["value"] is None and not rec.get("measure")):
+                continue
+            system, measure, spec = matrix.record_target(rec, tmatrix)
+            if system and measure and not spec.get("not_run") and spec["dataset"] not in {**subs, **unavailable}:
+                out.setdefault(spec["dataset"], set()).add(f"{paper} {rec['table']}")
+    return out
+
+
+@pytest.mark.parametrize("files", [["small.yaml"], ["paper.yaml"], ["paper.yaml", "rehearsal.yaml"],
+                                   ["paper.yaml", "scale.yaml"]])
+def test_every_paper_dataset_label_a_real_profiles_tables_read_has_a_stand_in_or_a_reason(files):
+    """A measured cell's column names a paper dataset (NQ, BEIR, SQuAD): the profile maps it to one of its
+    datasets (substitutions) or says why it has none (tables.unavailable); the smoke fixture, which
+    stands in for a few, is exempt."""
+    assert _unexplained_labels(load_config([PROFILES / f for f in files])) == {}
+
+
 def test_unknown_answer_rule_and_paper_are_named_with_the_known_ones():
     """The schema leaves these names to their registries (workflow/ names no paper or method)."""
     with pytest.raises(ConfigError, match=r"datasets.smoke.answer_rule: unknown answer rule 'dpr-strng' "

@@ -128,6 +128,31 @@ def test_claims_hold_false_and_not_run(tmp_path):
     assert out["holds"] == "not run" and "enabled is false" in out["detail"]
 
 
+def test_a_paper_label_the_profile_has_no_stand_in_for_reads_its_reason_in_cells_and_claims(tmp_path):
+    """The paper profile withdraws the smoke fixture's stand-ins for SQuAD and BEIR (substitutions: null):
+    DensePhrases Table 2's SQuAD cells and LightRetriever's BEIR claims say why, not 'not run on smoke'."""
+    from harness.config import REPO
+    from harness.tables import matrix
+
+    cfg = load_config([REPO / "configs" / "profiles" / "paper.yaml"],
+                      overrides={"results_dir": str(tmp_path / "results")})
+    _, cells = matrix.resolve_table(cfg, "densephrases", "2")
+    squad = [c for c in cells if c.column.startswith("SQuAD") and c.system]
+    assert squad and all(c.kind == "not run" for c in squad)
+    assert {c.reason for c in squad} == {"no dataset of profile paper stands in for SQuAD: "
+                                         + cfg["tables"]["unavailable"]["SQuAD"]}
+    for table in ("1", "A.1"):  # the storage and speed figures: of the index over the 2018 Wikipedia, the paper's nq
+        timed = [c for c in matrix.resolve_table(cfg, "densephrases", table)[1] if (c.measure or "").startswith(
+            ("metric:storage", "metric:qps", "metric:indexing", "metric:ram", "metric:gpu_memory"))]
+        assert timed and {c.dataset for c in timed} == {cfg["methods"]["densephrases"]["timing"]["dataset"]} == {"nq"}
+        assert {p.parent.name for c in timed for p in c.sources} == {"densephrases.speed"}
+    claim = next(c for c in claims.load_claims() if c["lhs"].get("dataset") == "BEIR")
+    out = claims.evaluate(cfg, claim)
+    assert out["holds"] == "not run"
+    assert out["detail"].endswith("no dataset of profile paper stands in for BEIR: "
+                                  + cfg["tables"]["unavailable"]["BEIR"])
+
+
 def test_claims_compare_metrics_in_base_units_and_print_the_unit(tmp_path):
     cfg = _cfg(tmp_path)
     from harness.measured import locate
