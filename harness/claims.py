@@ -56,7 +56,7 @@ def load_claims(path: Path = CLAIMS) -> list[dict[str, Any]]:
 def quantity_key(cfg: Mapping[str, Any], q: Mapping[str, Any]) -> str | None:
     if "value" in q:
         return None
-    dataset = cfg["substitutions"].get(q["dataset"], q["dataset"])
+    dataset = cfg["substitutions"].get(q["dataset"]) or q["dataset"]  # null: no stand-in (tables.unavailable says why)
     return f"{dataset}/{q['system']}/{q['measure']}"
 
 

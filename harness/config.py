@@ -244,7 +244,6 @@ def load_config(paths: Iterable[Path | str] = (), overrides: Mapping[str, Any] |
     if len(paths) == 1 and not overrides and _stamp_matches(cfg, paths[0]):
         return cfg  # the resolved config a workflow run validated already (mark_validated)
     validate(cfg, "config", source=" + ".join(sources))
-    withdraw_labels(cfg)
     check_references(cfg)
     return cfg
 
@@ -279,15 +278,6 @@ def _stamp_matches(cfg: Mapping[str, Any], path: Path) -> bool:
         return False
 
 
-def withdraw_labels(cfg: dict[str, Any]) -> None:
-    """A paper dataset label set to null in ``substitutions`` or ``tables.unavailable`` withdraws what an
-    earlier config file gave it (the files merge key by key, so a profile cannot delete a key the default
-    set): the paper profile drops the smoke fixture's stand-ins for SQuAD and BEIR this way."""
-    for where in (cfg["substitutions"], cfg["tables"].get("unavailable") or {}):
-        for label in [k for k, v in where.items() if v is None]:
-            del where[label]
-
-
 def check_references(cfg: Mapping[str, Any]) -> None:
     """Cross-references the schema cannot express: names of datasets and backbones."""
     from harness.datasets import FAMILIES
@@ -318,8 +308,12 @@ def check_references(cfg: Mapping[str, Any]) -> None:
             )
     check_index_specs(cfg)
     check_names(cfg)
-    unavailable = cfg["tables"].get("unavailable") or {}
+    # a label set to null withdraws what an earlier config file gave it (the files merge key by key, so a
+    # profile cannot delete a key): the paper profile drops the smoke fixture's stand-ins for SQuAD and BEIR
+    unavailable = {label for label, why in (cfg["tables"].get("unavailable") or {}).items() if why is not None}
     for label, key in cfg["substitutions"].items():
+        if key is None:
+            continue
         if key not in datasets:
             raise ConfigError(f"config key substitutions.{label}: unknown dataset {key!r}")
         if label in unavailable:

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from harness.config import REPO, deep_merge, load_config, read_yaml, section_hash
+from harness.config import REPO, deep_merge, dump, load_config, read_yaml, section_hash
 from harness.errors import ConfigError
 
 PROFILES = REPO / "configs" / "profiles"
@@ -138,18 +138,21 @@ def test_unknown_train_dataset_and_substitution():
         load_config(overrides={"substitutions": {"NQ": "nope"}})
 
 
-def test_a_profile_withdraws_a_stand_in_an_earlier_file_gave_a_label_with_null():
+def test_a_profile_withdraws_a_stand_in_an_earlier_file_gave_a_label_with_null(tmp_path):
     """configs/default.yaml maps SQuAD and BEIR to the smoke fixture; the paper profile has no stand-in for
     either and drops them with null (its tables read the reason, not 'densephrases is not run on smoke')."""
     paper = PROFILES / "paper.yaml"
     cfg = load_config([paper])
-    assert "SQuAD" not in cfg["substitutions"] and "BEIR" not in cfg["substitutions"]
+    assert cfg["substitutions"]["SQuAD"] is None and cfg["substitutions"]["BEIR"] is None
     assert {"SQuAD", "BEIR"} <= set(cfg["tables"]["unavailable"])
+    resolved = tmp_path / "config.yaml"  # what a workflow run writes and every job reads, merged on the default
+    dump(cfg, resolved)
+    assert load_config([resolved])["substitutions"]["SQuAD"] is None
     with pytest.raises(ConfigError, match=r"substitutions.SQuAD gives SQuAD the stand-in 'nq', and "
                                           r"tables.unavailable.SQuAD says this profile has none.*null"):
         load_config([paper], overrides={"substitutions": {"SQuAD": "nq"}})
     wired = load_config([paper], overrides={"substitutions": {"SQuAD": "nq"}, "tables.unavailable.SQuAD": None})
-    assert wired["substitutions"]["SQuAD"] == "nq" and "SQuAD" not in wired["tables"]["unavailable"]
+    assert wired["substitutions"]["SQuAD"] == "nq" and wired["tables"]["unavailable"]["SQuAD"] is None
 
 
 def _unexplained_labels(cfg):
@@ -157,7 +160,8 @@ def _unexplained_labels(cfg):
     from harness.published import PAPERS
     from harness.tables import matrix
 
-    subs, unavailable = cfg["substitutions"], cfg["tables"].get("unavailable", {})
+    given = {label for part in (cfg["substitutions"], cfg["tables"].get("unavailable", {}))
+             for label, value in part.items() if value is not None}
     out: dict[str, set[str]] = {}
     for paper in PAPERS:
         tables = matrix.load_matrix(paper)["tables"]
@@ -166,7 +170,7 @@ def _unexplained_labels(cfg):
             if rec["row"] in tmatrix.get("published_only", []) or (rec["value"] is None and not rec.get("measure")):
                 continue
             system, measure, spec = matrix.record_target(rec, tmatrix)
-            if system and measure and not spec.get("not_run") and spec["dataset"] not in {**subs, **unavailable}:
+            if system and measure and not spec.get("not_run") and spec["dataset"] not in given:
                 out.setdefault(spec["dataset"], set()).add(f"{paper} {rec['table']}")
     return out
 

@@ -15,7 +15,6 @@ from harness.published import PAPERS
 try:
     hconfig.expand_dotted(config)
     hconfig.validate(config, "config", source="Snakemake config (configs/default.yaml + --configfile/--config)")
-    hconfig.withdraw_labels(config)
     hconfig.check_references(config)
     hwf.all_outputs(config)  # builds the plan: an unknown index spec, system or variant fails here
 except HarnessError as exc:
