@@ -30,9 +30,8 @@ def locate(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> t
 
     name, _ = split_system(system)
     if dataset not in cfg["datasets"]:
-        why = cfg["tables"].get("unavailable", {}).get(dataset)  # a paper's label with no stand-in here
-        if why:
-            return [], [], f"no dataset of profile {cfg['profile']} stands in for {dataset}: {why}"
+        if cfg["tables"].get("unavailable", {}).get(dataset):  # a paper's label the profile has no stand-in for
+            return [], [], no_stand_in(cfg, dataset)
         return [], [], f"dataset {dataset!r} is not in profile {cfg['profile']}"
     p = hplan.get(cfg)
     if measure.startswith("metric:"):
@@ -46,6 +45,13 @@ def locate(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> t
         return [], [], _why(cfg, name, system, dataset, "no search job writes")
     folder = hplan.path(cfg, hplan.Ref("eval", job.id, dataset))
     return [folder / f"{system}.json"], [folder], None
+
+
+def no_stand_in(cfg: Mapping[str, Any], label: str) -> str:
+    """Why a paper dataset ``label`` has no measured cell here: no substitution, and the profile's
+    ``tables.unavailable`` reason where it gives one."""
+    why = cfg["tables"].get("unavailable", {}).get(label)
+    return f"no dataset of profile {cfg['profile']} stands in for {label}" + (f": {why}" if why else "")
 
 
 def _why(cfg: Mapping[str, Any], name: str, system: str, dataset: str, what: str) -> str:

@@ -156,22 +156,21 @@ def test_a_profile_withdraws_a_stand_in_an_earlier_file_gave_a_label_with_null(t
 
 
 def _unexplained_labels(cfg):
-    """{paper dataset label: tables} the profile's tables read with neither a stand-in nor a reason."""
+    """{paper dataset label: tables} whose cells the profile's tables leave with neither a stand-in nor a
+    reason (harness.tables.matrix.resolve_table, every table of every paper)."""
+    from harness.measured import no_stand_in
     from harness.published import PAPERS
     from harness.tables import matrix
 
-    given = {label for part in (cfg["substitutions"], cfg["tables"].get("unavailable", {}))
-             for label, value in part.items() if value is not None}
+    unavailable = cfg["tables"].get("unavailable", {})
     out: dict[str, set[str]] = {}
     for paper in PAPERS:
-        tables = matrix.load_matrix(paper)["tables"]
-        for rec in matrix.published(paper)["records"]:
-            tmatrix = tables.get(rec["table"], {})
-            if rec["row"] in tmatrix.get("published_only", []) or (rec["value"] is None and not rec.get("measure")):
-                continue
-            system, measure, spec = matrix.record_target(rec, tmatrix)
-            if system and measure and not spec.get("not_run") and spec["dataset"] not in given:
-                out.setdefault(spec["dataset"], set()).add(f"{paper} {rec['table']}")
+        for table in matrix.published(paper)["tables"]:
+            tmatrix = matrix.load_matrix(paper)["tables"].get(table["id"], {})
+            for c in matrix.resolve_table(cfg, paper, table["id"])[1]:
+                label = matrix.column_spec(c.column, tmatrix)["dataset"]
+                if c.kind == "not run" and not unavailable.get(label) and c.reason == no_stand_in(cfg, label):
+                    out.setdefault(label, set()).add(f"{paper} {table['id']}")
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import REPO, read_yaml, validate
-from harness.measured import locate
+from harness.measured import locate, no_stand_in
 from harness.published import load_published
 
 MATRIX_DIR = REPO / "configs" / "matrix"
@@ -111,8 +111,7 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
         label = spec["dataset"]
         key = cfg["substitutions"].get(label)
         if key is None:
-            why = cfg["tables"].get("unavailable", {}).get(label, "")
-            c.reason = f"no dataset of profile {cfg['profile']} stands in for {label}" + (f": {why}" if why else "")
+            c.reason = no_stand_in(cfg, label)
             continue
         c.dataset = key
         c.sources, c.outputs, why = locate(cfg, system, key, c.measure)
