@@ -33,7 +33,7 @@ from typing import Any
 from harness import stats
 from harness.config import REPO, add_config_argument, load_config, read_yaml, validate
 from harness.io import atomic_write_text
-from harness.measured import Found, available, check_measure, find_key, outputs
+from harness.measured import Found, available, check_measure, find_key, mean_of, outputs
 
 CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -56,7 +56,8 @@ def load_claims(path: Path = CLAIMS) -> list[dict[str, Any]]:
 def quantity_key(cfg: Mapping[str, Any], q: Mapping[str, Any]) -> str | None:
     if "value" in q:
         return None
-    dataset = cfg["substitutions"].get(q["dataset"]) or q["dataset"]  # null: no stand-in (tables.unavailable says why)
+    sub = cfg["substitutions"].get(q["dataset"])   # null: no stand-in (tables.unavailable says why); a mean: no one set
+    dataset = sub if isinstance(sub, str) else q["dataset"]
     return f"{dataset}/{q['system']}/{q['measure']}"
 
 
@@ -64,6 +65,12 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
     values, names, found = [], [], []
     for side in ("lhs", "rhs"):
         q = claim[side]
+        sets = mean_of(cfg, q.get("dataset", ""))
+        if sets:   # the paired test compares the same queries of one set
+            return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
+                    "detail": f"{q['dataset']}: profile {cfg['profile']} has the mean over {len(sets)} sets "
+                              f"({', '.join(sets)}) stand in for it (substitutions.{q['dataset']}.mean_of), and a "
+                              "claim's paired test compares one set's queries: no pooled test over sets is built"}
         key = quantity_key(cfg, q)
         if key is None:
             values.append(float(q["value"]))

@@ -314,8 +314,11 @@ def check_references(cfg: Mapping[str, Any]) -> None:
     for label, key in cfg["substitutions"].items():
         if key is None:
             continue
-        if key not in datasets:
-            raise ConfigError(f"config key substitutions.{label}: unknown dataset {key!r}")
+        where = f"substitutions.{label}" + (".mean_of" if isinstance(key, Mapping) else "")
+        for k in key["mean_of"] if isinstance(key, Mapping) else [key]:
+            if k not in datasets:
+                raise ConfigError(f"config key {where}: unknown dataset {k!r}",
+                                  fix=f"name one of datasets: {', '.join(sorted(datasets))}")
         if label in unavailable:
             raise ConfigError(f"config key substitutions.{label} gives {label} the stand-in {key!r}, and "
                               f"tables.unavailable.{label} says this profile has none",

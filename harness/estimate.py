@@ -650,9 +650,9 @@ def sibling_of(p: Any, job: Any, priced: Any = (), upper: list[str] | None = Non
     base, why = _varied(p, job, less if upper is not None else None)
     unpriced = base is None or priced and (job.stage, base, job.dataset) not in priced
     if unpriced and job.stage in ("index", "search"):
-        for other in same_start(p, job):
-            if (job.stage, other, job.dataset) in priced:
-                return other, f"its models differ from {other}'s in training alone"
+        other = _first_priced(same_start(p, job), job, priced)
+        if other is not None:
+            return other, f"its models differ from {other}'s in training alone"
         other, how = same_fusion(p, job, priced)
         if other is not None:
             return other, how
@@ -682,16 +682,21 @@ def same_model(p: Any, job: Any, priced: Any) -> tuple[str | None, str]:
             if base == job.id:
                 same[other] = (o, why)
     order = sorted(same, key=lambda other: (INIT not in other, other))
-    for other in order:
-        if (job.stage, other, job.dataset) in priced:
-            return other, f"{other} does its work per unit: {same[other][1]}"
+    other = _first_priced(order, job, priced)
+    if other is not None:
+        return other, f"{other} does its work per unit: {same[other][1]}"
     for other in order:
         o, why = same[other]
-        for alike in same_start(p, o):
-            if (job.stage, alike, job.dataset) in priced:
-                return alike, (f"{other} does its work per unit ({why}) and its models differ from {alike}'s in "
-                               f"training alone")
+        alike = _first_priced(same_start(p, o), job, priced)
+        if alike is not None:
+            return alike, (f"{other} does its work per unit ({why}) and its models differ from {alike}'s in "
+                           f"training alone")
     return None, f"no job priced that does {job.stage} {job.id}'s work per unit"
+
+
+def _first_priced(ids: Iterable[str], job: Any, priced: Any) -> str | None:
+    """The first of ``ids`` whose job of ``job``'s stage and dataset is in ``priced``; None if none is."""
+    return next((i for i in ids if (job.stage, i, job.dataset) in priced), None)
 
 
 def _is_fusion(job: Any) -> bool:
@@ -1135,6 +1140,33 @@ def schedule_lines(sc: Mapping[str, Any]) -> list[str]:
             f"hours wall{bound}"]
 
 
+#: the DAG's rules whose jobs read runs and figures and write tables, unpriced, and where their Snakemake
+#: benchmark files lie under the rehearsal's results (``benchmarks/<name>/`` or ``<name>.tsv``; the
+#: decontamination report's under ``tables/``)
+UNPRICED_RULES = ("evaluate", "table", "claims", "learning", "regression", "decontam_report", "report")
+UNPRICED_BENCHMARKS = frozenset({"evaluate", "tables", "claims", "learning", "regression", "report"})
+
+
+def unpriced_line(cfg: Mapping[str, Any], root: Any) -> str:
+    """What the estimate leaves out: the DAG's evaluate jobs (one per test-split search job), one table
+    job per paper table, and its single claims, learning, regression, decontamination-report and report
+    jobs, with the seconds Snakemake's benchmark files under ``root`` timed them at on the rehearsal's
+    slices (they read runs and figures; an evaluation's grow with the profile's queries)."""
+    from harness import plan
+    from harness.io import read_benchmarks
+    from harness.published import PAPERS, load_published
+
+    evals = sum(1 for j in plan.pin(cfg).concrete("search") if j.params.get("split", "test") == "test")
+    tables = sum(len(load_published(paper)["tables"]) for paper in PAPERS)
+    timed = read_benchmarks(Path(root) / "benchmarks")
+    seconds = [s for key, s in timed.items() if key.split("/", 1)[0] in UNPRICED_BENCHMARKS]
+    said = (f"; on the rehearsal's slices Snakemake's benchmark files time {len(seconds)} of them at "
+            f"{min(seconds):,.1f}-{max(seconds):,.1f} s each" if seconds else "; none timed yet")
+    return (f"not priced: the DAG's {evals} evaluate jobs (one per test-split search job), {tables} table jobs "
+            f"and its {len(UNPRICED_RULES) - 2} single jobs (claims, learning check, regression, decontamination "
+            f"report, report site): they read runs and figures and write tables, no cost record{said}")
+
+
 def summary(t: Mapping[str, Any]) -> list[str]:
     """:func:`totals` as the lines ``python -m harness estimate`` prints and the report shows."""
     peaks = f"peak host memory {t['host_peak_gib']:.1f} GiB" if t["host_peak_gib"] is not None else "no host peak"
@@ -1299,6 +1331,6 @@ def main(argv: list[str]) -> int:
           f" pricing whole: a job's start-up (imports, JVM, model load) is priced per unit too, so small slices"
           f" over-project):")
     for line in (summary(totals(rows, args.gpus)) + schedule_lines(schedule(cfg, rows, args.gpus))
-                 + machine_lines(every_measurement(root, records, cfg))):
+                 + [unpriced_line(cfg, root)] + machine_lines(every_measurement(root, records, cfg))):
         print(f"  {line}")
     return 0

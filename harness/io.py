@@ -109,3 +109,22 @@ def read_yaml(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def read_benchmarks(bench_dir: Path, column: str = "s") -> dict[str, float]:
+    """A column of Snakemake's benchmark files under ``bench_dir`` (``s``: a job's wall seconds;
+    ``cpu_time``: its CPU seconds), by file (its path under ``bench_dir`` without ``.tsv``; a file that
+    timed its job several times, the sum); a file or row without the column is skipped."""
+    import csv
+
+    out: dict[str, float] = {}
+    for tsv in sorted(Path(bench_dir).rglob("*.tsv")) if Path(bench_dir).is_dir() else []:
+        with tsv.open() as f:
+            for row in csv.DictReader(f, delimiter="\t"):
+                try:
+                    value = float(row[column])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                key = tsv.relative_to(bench_dir).with_suffix("").as_posix()
+                out[key] = out.get(key, 0.0) + value
+    return out

@@ -47,6 +47,25 @@ def locate(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> t
     return [folder / f"{system}.json"], [folder], None
 
 
+def stand_in(cfg: Mapping[str, Any], label: str) -> tuple[list[str], str | None]:
+    """The profile's datasets that stand in for a paper dataset ``label`` (config key ``substitutions``):
+    ``([key], None)`` for one, ``(keys, None)`` for a mean over several (``{mean_of: [keys]}``: the
+    paper's average over sets of which the profile wires some; each set weighted equally), ``([], why)``
+    where none does."""
+    sub = cfg["substitutions"].get(label)
+    if sub is None:
+        return [], no_stand_in(cfg, label)
+    if isinstance(sub, Mapping):
+        return [str(k) for k in sub["mean_of"]], None
+    return [str(sub)], None
+
+
+def mean_of(cfg: Mapping[str, Any], label: str) -> list[str]:
+    """The datasets a mean stands in for ``label`` over; [] where one dataset (or none) does."""
+    sub = cfg["substitutions"].get(label)
+    return [str(k) for k in sub["mean_of"]] if isinstance(sub, Mapping) else []
+
+
 def no_stand_in(cfg: Mapping[str, Any], label: str) -> str:
     """Why a paper dataset ``label`` has no measured cell here: no substitution, and the profile's
     ``tables.unavailable`` reason where it gives one."""
@@ -162,6 +181,25 @@ def find(cfg: Mapping[str, Any], system: str, dataset: str, measure: str) -> Fou
 
 
 _BASE_UNIT = {"time": "s", "bytes": "B"}
+
+
+def find_mean(cfg: Mapping[str, Any], system: str, datasets: list[str], measure: str) -> Found:
+    """:func:`find` on each of ``datasets``, and their mean (each dataset weighted equally, as the papers
+    average BEIR's sets): the first dataset's file and entry (``kind`` projected where any part is), or
+    no value and the first missing part's reason, naming its dataset."""
+    parts = [find(cfg, system, d, measure) for d in datasets]
+    for d, f in zip(datasets, parts, strict=True):
+        if f.value is None:
+            return Found(None, path=f.path, reason=f"{d}: {f.reason}")
+    mean = sum(float(f.value) for f in parts if f.value is not None) / len(parts)   # base units (s, B)
+    raw = dict(parts[0].raw) if parts[0].raw is not None else None
+    if raw is not None:   # a metrics entry: the mean in the first entry's unit
+        from harness.units import UNITS
+
+        raw["value"] = mean / UNITS[raw["unit"]][1]
+        if any((f.raw or {}).get("kind") == "projected" for f in parts):
+            raw["kind"] = "projected"
+    return Found(mean, parts[0].unit, raw, parts[0].path)
 
 
 def find_key(cfg: Mapping[str, Any], key: str) -> Found:

@@ -134,6 +134,37 @@ def test_the_rehearsal_plans_every_job_of_the_paper_profile():
                 assert values.get(k) == v, (key, k)
 
 
+def test_the_rehearsals_speed_job_keeps_the_papers_queries_and_batches_and_times_a_batch_of_each():
+    """Table 1 in the rehearsal: the paper's query count, batch sizes and shapes; the full-size encoder
+    timed within a budget (one batch per size after the warm-up on a CPU), projected to all queries."""
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])["methods"]["lightretriever"]["speed"]
+    rehearsal = load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"])
+    speed = rehearsal["methods"]["lightretriever"]["speed"]
+    assert paper["full_budget_s"] is None and speed["full_budget_s"] is not None and speed["full_budget_s"] <= 60
+    for key, value in paper.items():
+        assert key == "full_budget_s" or speed[key] == value, key
+
+
+def test_the_estimate_names_the_jobs_it_does_not_price_with_their_benchmark_seconds(tmp_path):
+    """The evaluate, table and single bookkeeping jobs of the DAG record no cost: the estimate counts them
+    and quotes Snakemake's benchmark files of the rehearsal (never a train or search job's)."""
+    from harness import estimate, plan
+    from harness.config import load_config
+
+    cfg = load_config(["configs/profiles/paper.yaml"])
+    tests = [j for j in plan.pin(cfg).concrete("search") if j.params.get("split", "test") == "test"]
+    assert f"the DAG's {len(tests)} evaluate jobs" in estimate.unpriced_line(cfg, tmp_path)
+    assert estimate.unpriced_line(cfg, tmp_path).endswith("none timed yet")
+    for rel, s in (("evaluate/dpr-nq.tsv", 0.75), ("tables/svdr-1.tsv", 3.25), ("learning.tsv", 1.0),
+                   ("train/dpr.tsv", 500.0), ("search/dpr-nq.tsv", 9.0)):
+        f = tmp_path / "benchmarks" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"s\th:m:s\n{s}\t0:00:00\n")
+    assert estimate.unpriced_line(cfg, tmp_path).endswith("time 3 of them at 0.8-3.2 s each")
+
+
 def test_a_variant_trained_in_other_sub_batches_is_compared_with_its_own(tmp_path):
     """The estimate's note on GradCache sub-batches compares with the variant's own setting where it sets
     one (LightRetriever's main model takes 64 in the paper profile, its 8B variant 8)."""

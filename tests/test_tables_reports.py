@@ -146,11 +146,55 @@ def test_a_paper_label_the_profile_has_no_stand_in_for_reads_its_reason_in_cells
             ("metric:storage", "metric:qps", "metric:indexing", "metric:ram", "metric:gpu_memory"))]
         assert timed and {c.dataset for c in timed} == {cfg["methods"]["densephrases"]["timing"]["dataset"]} == {"nq"}
         assert {p.parent.name for c in timed for p in c.sources} == {"densephrases.speed"}
+    side = {"system": "densephrases", "dataset": "SQuAD", "measure": "Success@1"}
+    out = claims.evaluate(cfg, {"id": "x", "paper": "densephrases", "op": ">", "lhs": side, "rhs": {"value": 0.0}})
+    assert out["holds"] == "not run"
+    assert out["detail"].endswith("no dataset of profile paper stands in for SQuAD: "
+                                  + cfg["tables"]["unavailable"]["SQuAD"])
+
+
+def test_a_mean_over_the_wired_sets_stands_in_for_a_papers_beir_average(tmp_path):
+    """The paper profile's BEIR label is the mean over 5 wired sets (substitutions.BEIR.mean_of): each
+    set weighted equally, a stand-in; a set not measured leaves the cell not run, naming it; a metrics
+    figure (Figure 5's) averages in its unit; a claim on the label is not run (its paired test needs
+    one set's queries)."""
+    from harness.config import REPO
+    from harness.measured import locate
+
+    cfg = load_config([REPO / "configs" / "profiles" / "paper.yaml"],
+                      overrides={"results_dir": str(tmp_path / "results")})
+    sets = cfg["substitutions"]["BEIR"]["mean_of"]
+    assert sets == ["scifact", "arguana", "fiqa", "nfcorpus", "scidocs"]
+    values = [0.1, 0.2, 0.3, 0.4, 0.6]        # mean 0.32
+    for d, v in zip(sets[:-1], values, strict=False):
+        _eval(cfg, d, "lightretriever", {"nDCG@10": v})
+    _, cells = render.fill(cfg, "lightretriever", "2")
+    c = next(c for c in cells if c.row == "Llama3.2-1b Light Dense" and c.column.startswith("BEIR nDCG@10"))
+    assert c.kind == "not run" and c.reason.startswith("scidocs: not measured")
+    _eval(cfg, sets[-1], "lightretriever", {"nDCG@10": values[-1]})
+    _, cells = render.fill(cfg, "lightretriever", "2")
+    c = next(c for c in cells if c.row == "Llama3.2-1b Light Dense" and c.column.startswith("BEIR nDCG@10"))
+    assert c.kind == "measured" and c.datasets == sets and c.status == "stand-in"
+    assert c.measured == pytest.approx(32.0)                  # (10 + 20 + 30 + 40 + 60) / 5, in %
+    md, csv_path = render.render(cfg, "lightretriever", "2", tmp_path / "t2.md", tmp_path / "t2.json")
+    assert "BEIR → the mean over 5 sets, each weighted equally: scifact (`beir/scifact/test`)" in md.read_text()
+    row = _rows(csv_path)[(c.row, c.column)]
+    assert row["measured"] == "32.0000" and row["dataset"] == "+".join(sets)
+    rec = json.loads((tmp_path / "t2.json").read_text())
+    cell = next(x for x in rec["cells"] if x["row"] == c.row and x["column"] == c.column)
+    assert cell["evaluation"].startswith("the mean over 5 sets, each weighted equally, of: scifact: nDCG@10")
+    # Figure 5's points: metrics figures, averaged in their unit
+    for d, v in zip(sets, values, strict=True):
+        f = locate(cfg, "lightretriever.fig5-dense-0", d, "metric:ndcg10")[0][0]
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"values": {"ndcg10": {"value": v, "unit": "ratio"}}}))
+    _, cells = render.fill(cfg, "lightretriever", "fig5")
+    c = next(c for c in cells if c.row.startswith("Light dense, dims #1") and c.column.startswith("BeIR"))
+    assert c.kind == "measured" and c.measured == pytest.approx(32.0) and c.status == "stand-in"
     claim = next(c for c in claims.load_claims() if c["lhs"].get("dataset") == "BEIR")
     out = claims.evaluate(cfg, claim)
-    assert out["holds"] == "not run"
-    assert out["detail"].endswith("no dataset of profile paper stands in for BEIR: "
-                                  + cfg["tables"]["unavailable"]["BEIR"])
+    assert out["holds"] == "not run" and "the mean over 5 sets" in out["detail"]
+    assert "BEIR" not in " ".join(claims.required_inputs(cfg))
 
 
 def test_claims_compare_metrics_in_base_units_and_print_the_unit(tmp_path):
@@ -188,3 +232,21 @@ def test_cell_whose_published_value_was_lost_is_still_measured(tmp_path):
     md, _ = render.render(cfg, "bpr", "2", tmp_path / "t2.md")
     line = next(x for x in md.read_text().splitlines() if x.startswith("| BPR w/o reranking"))
     assert "**62.5** / —" in line and "**25.0** / 38.0" in line
+
+
+def test_a_column_whose_figure_training_does_not_change_is_never_withheld_by_the_learning_check(tmp_path, monkeypatch):
+    """BPR Table 3's #params (the reader's parameter count, matrix column training_free) stays a result
+    when the models behind its row did not learn; the EM beside it is withheld."""
+    from harness import learning
+    from harness.measured import locate
+
+    cfg = _cfg(tmp_path)
+    f = locate(cfg, "bpr.bflat", "smoke", "metric:em")[0][0]
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps({"values": {"em": {"value": 0.25, "unit": "ratio"},
+                                        "reader_params_millions": {"value": 109.5, "unit": "count"}}}))
+    monkeypatch.setattr(learning, "cell_status", lambda *a, **k: (learning.STATUS, "model bpr did not learn: x"))
+    _, cells = render.fill(cfg, "bpr", "3")
+    row = {c.column: c for c in cells if c.row.startswith("BPR (l=1000) [BERT-base]")}
+    assert row["NQ EM"].status == learning.STATUS and row["NQ EM"].measured == pytest.approx(25.0)
+    assert row["#params (M)"].status == "stand-in" and row["#params (M)"].measured == pytest.approx(109.5)

@@ -17,7 +17,6 @@ No target to meet: the figures are for choosing the setting (README, "Same seed,
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -34,6 +33,7 @@ import yaml
 
 from harness.config import REPO, add_config_argument, load_config, results_root
 from harness.errors import ConfigError
+from harness.io import read_benchmarks
 from harness.numerics import MODES, PORTABLE_ENV
 
 
@@ -42,14 +42,8 @@ def stage_seconds(bench_dir: Path, column: str = "s") -> dict[str, float]:
     wall seconds; ``cpu_time``: their CPU seconds, which another load on the machine inflates far
     less), by stage (its first-level folder; a file directly under it is its own stage)."""
     out: dict[str, float] = defaultdict(float)
-    for tsv in sorted(bench_dir.rglob("*.tsv")) if bench_dir.is_dir() else []:
-        stage = tsv.relative_to(bench_dir).parts[0].removesuffix(".tsv")
-        with tsv.open() as f:
-            for row in csv.DictReader(f, delimiter="\t"):
-                try:
-                    out[stage] += float(row[column])
-                except (KeyError, TypeError, ValueError):
-                    continue
+    for key, value in read_benchmarks(bench_dir, column).items():
+        out[key.split("/", 1)[0]] += value
     return dict(out)
 
 

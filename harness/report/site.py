@@ -554,6 +554,7 @@ class Site:
         body.append("<ul class='projected'>" + "".join(f"<li>{esc(line)}</li>"
                                                        for line in estimate.summary(estimate.totals(rows, 8))
                                                        + estimate.schedule_lines(estimate.schedule(paper, rows, 8))
+                                                       + [estimate.unpriced_line(paper, root)]
                                                        + estimate.machine_lines(
                                                            estimate.every_measurement(root, records, paper)))
                     + "</ul>")

@@ -2,7 +2,8 @@
 
 A cell is (paper, table, row, column). The matrix (configs/matrix/<paper>.yaml) maps the row to
 a measured system; the column's dataset label (e.g. "NQ") is mapped to one of the profile's
-datasets by config key ``substitutions``; the measure is the published record's ir_measures
+datasets by config key ``substitutions`` (or to several, whose mean stands in for a paper's average
+over sets of which the profile wires some: ``{mean_of: [...]}``); the measure is the published record's ir_measures
 string. The result per cell is either a measured value with its source file, or "not run"
 with the reason, or "published only".
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import REPO, read_yaml, validate
-from harness.measured import locate, no_stand_in
+from harness.measured import locate, stand_in
 from harness.published import load_published
 
 MATRIX_DIR = REPO / "configs" / "matrix"
@@ -43,7 +44,8 @@ class Cell:
     kind: str = "not run"             # measured | not run | published only | text
     reason: str = ""
     system: str | None = None
-    dataset: str | None = None        # the profile's dataset key
+    dataset: str | None = None        # the profile's dataset key (the first of ``datasets``)
+    datasets: list[str] = field(default_factory=list)   # a mean's sets (substitutions.<label>.mean_of)
     source: Path | None = None        # file the measured value comes from (set when filled)
     sources: list[Path] = field(default_factory=list)   # files that may hold it (first with the value wins)
     outputs: list[Path] = field(default_factory=list)   # the rule outputs (folders) they live in
@@ -108,15 +110,20 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
         if not c.measure:
             c.reason = f"no measurement defined for column {rec['column']!r} (configs/matrix/{paper}.yaml)"
             continue
-        label = spec["dataset"]
-        key = cfg["substitutions"].get(label)
-        if key is None:
-            c.reason = no_stand_in(cfg, label)
-            continue
-        c.dataset = key
-        c.sources, c.outputs, why = locate(cfg, system, key, c.measure)
+        keys, why = stand_in(cfg, spec["dataset"])
         if why:
             c.reason = why
+            continue
+        c.dataset, c.datasets = keys[0], keys if len(keys) > 1 else []   # several: their mean stands in
+        for key in keys:
+            sources, outputs, why = locate(cfg, system, key, c.measure)
+            if why:
+                c.reason = why + (f" (one of the {len(keys)} sets whose mean stands in for {spec['dataset']})"
+                                  if c.datasets else "")
+                break
+            c.sources += sources
+            c.outputs += outputs
+        if why:
             continue
         c.kind, c.source = "measured", c.sources[0]
     return tinfo, cells
@@ -128,5 +135,6 @@ def required_inputs(cfg: Mapping[str, Any], paper: str, table: str) -> list[str]
 
     _, cells = resolve_table(cfg, paper, table)
     outs = {str(o) for c in cells if c.kind == "measured" for o in c.outputs}
-    outs |= {str(o) for c in cells if c.kind == "measured" for o in required(cfg, str(c.system), str(c.dataset))}  # the learning check's evaluations
+    outs |= {str(o) for c in cells if c.kind == "measured" for d in c.datasets or [c.dataset]
+             for o in required(cfg, str(c.system), str(d))}  # the learning check's evaluations
     return sorted(outs)

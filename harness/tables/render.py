@@ -16,6 +16,7 @@ import csv
 import io
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from harness import learning, results
 from harness.config import add_config_argument, load_config
 from harness.io import atomic_write_text, read_json
-from harness.measured import find
+from harness.measured import find, find_mean, mean_of
 from harness.tables.matrix import SCALE, Cell, column_spec, load_matrix, resolve_table
 from harness.published import format_value, load_published
 from harness.units import convert
@@ -54,7 +55,8 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
         if c.kind != "measured":
             c.status = c.kind
             continue
-        found = find(cfg, str(c.system), str(c.dataset), str(c.measure))
+        found = (find_mean(cfg, str(c.system), c.datasets, str(c.measure)) if c.datasets
+                 else find(cfg, str(c.system), str(c.dataset), str(c.measure)))
         c.source = found.path or c.source
         if found.value is None:
             c.kind, c.status = "not run", "not run"
@@ -68,17 +70,19 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
         else:
             value = found.value * SCALE.get(c.unit, 1.0)
         c.measured = value
-        label = column_spec(c.column, tmatrix)["dataset"]
+        spec = column_spec(c.column, tmatrix)
+        label = spec["dataset"]
         if c.projected:
             c.status = "projected"
-        elif cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label):
+        elif c.datasets or cfg["datasets"][c.dataset]["id"] != PAPER_DATASETS.get(label):   # a mean: over a subset
             c.status = "stand-in"
         elif c.published is None:  # a numeric cell whose value the paper's text lost (note says so)
             c.status = "no published value"
         else:
             diff = abs(c.measured - c.published)
             c.status = "OK" if diff <= tol["ok"] else "OKish" if diff <= tol["okish"] else "FAIL"
-        failed = learning.cell_status(cfg, str(c.system), str(c.dataset), c.unit)
+        failed = None if spec.get("training_free") else next(
+            (f for d in c.datasets or [c.dataset] if (f := learning.cell_status(cfg, str(c.system), str(d), c.unit))), None)
         if failed is not None:  # never a verdict against the paper for a model that did not learn
             c.status, c.reason = failed
     return tinfo, cells
@@ -108,11 +112,19 @@ def _num(x: float | None, digits: int = 1) -> str:
 
 def caption(cfg: Mapping[str, Any], paper: str, table: str, tinfo: Mapping[str, Any], cells: list[Cell]) -> list[str]:
     tmatrix = load_matrix(paper)["tables"].get(table, {})
-    used = sorted({c.dataset for c in cells if c.kind == "measured" and c.dataset})
+    used = {c.dataset for c in cells if c.kind == "measured" and c.dataset and not c.datasets}
+    means = {tuple(c.datasets) for c in cells if c.kind == "measured" and c.datasets}
     lines = [f"**{paper.upper()} Table {table}: {tinfo['title']}**", "",
              f"Profile `{cfg['profile']}` ({cfg.get('description', '')}). Cells: measured / published."]
-    if used:
-        subs = [f"{label} → {key} (`{cfg['datasets'][key]['id']}`)" for label, key in cfg["substitutions"].items() if key in used]
+    subs = []
+    for label, sub in cfg["substitutions"].items():
+        keys = mean_of(cfg, label)
+        if keys and tuple(keys) in means:
+            subs.append(f"{label} → the mean over {len(keys)} sets, each weighted equally: "
+                        + ", ".join(f"{k} (`{cfg['datasets'][k]['id']}`)" for k in keys))
+        elif not keys and sub in used:
+            subs.append(f"{label} → {sub} (`{cfg['datasets'][sub]['id']}`)")
+    if subs:
         lines.append("Datasets measured: " + "; ".join(subs) + ".")
     if tmatrix.get("answer_rule"):
         lines.append(f"Answer rule: `{tmatrix['answer_rule']}` (harness.datasets.answers), passage text only.")
@@ -249,6 +261,10 @@ def _evaluation(c: Cell, table_rule: str | None, read: Callable[[Path], dict[str
     """How a measured cell's number was obtained, as its source file says: the answer rule (or gold
     relevance) and the questions of an evaluation file, the protocol of a metrics entry."""
     m = c.measure or ""
+    if c.datasets:   # a mean over sets: each set's file (<kind>/<dataset>/<job>/<system>.json) says its own
+        each = [f"{Path(src).parent.parent.name}: " + _evaluation(replace(c, datasets=[], source=src), table_rule, read)
+                for src in c.sources if Path(src).exists()]
+        return (f"the mean over {len(c.datasets)} sets, each weighted equally, of: " + "; ".join(each))
     doc = read(Path(c.source)) if c.source and Path(c.source).exists() else {}
     if m.startswith("metric:"):
         entry = (doc.get("values") or {}).get(m.removeprefix("metric:")) or {}
@@ -272,8 +288,8 @@ def cell_record(cfg: Mapping[str, Any] | None, c: Cell) -> dict[str, Any]:
         "published": None if c.published is None else float(c.published),
         "published_text": "" if c.published is None else format_value(c.published),
         "measured": c.measured, "status": c.status or c.kind, "kind": c.kind,
-        "system": c.system or "", "dataset": c.dataset or "",
-        "dataset_id": datasets[c.dataset]["id"] if c.dataset in datasets else "",
+        "system": c.system or "", "dataset": "+".join(c.datasets) or c.dataset or "",
+        "dataset_id": "" if c.datasets else datasets[c.dataset]["id"] if c.dataset in datasets else "",
         "reason": c.reason if c.kind != "measured" or c.status == learning.STATUS else "", "note": c.note or "",
         "device": c.device or "", "projected": c.projected,
     }
@@ -354,7 +370,7 @@ def attach_figures(cfg: Mapping[str, Any], paper: str, table: str, cells: list[C
     for name in load_matrix(paper)["tables"].get(table, {}).get("figures", []):
         measured = [c for c in cells if c.kind == "measured"]
         found = [Path(s).parent / name for c in measured for s in c.sources]
-        for d in sorted({c.dataset for c in measured if c.dataset}):
+        for d in sorted({d for c in measured for d in c.datasets or [c.dataset] if d}):
             found += sorted((results_root(cfg) / "metrics" / d).glob(f"*/{name}"))
         src = next((f for f in found if f.is_file()), None)
         if src is None:
