@@ -1140,18 +1140,20 @@ def schedule_lines(sc: Mapping[str, Any]) -> list[str]:
             f"hours wall{bound}"]
 
 
-#: the DAG's rules whose jobs read runs and figures and write tables, unpriced, and where their Snakemake
-#: benchmark files lie under the rehearsal's results (``benchmarks/<name>/`` or ``<name>.tsv``; the
-#: decontamination report's under ``tables/``)
-UNPRICED_RULES = ("evaluate", "table", "claims", "learning", "regression", "decontam_report", "report")
+#: the DAG's single jobs beside its evaluate and table jobs that the estimate does not price (they read runs
+#: and figures and write tables): rule -> what it makes
+UNPRICED_SINGLE = {"claims": "claims", "learning": "learning check", "regression": "regression",
+                   "decontam_report": "decontamination report", "report": "report site"}
+#: the first part of their Snakemake benchmark files under the rehearsal's results (``benchmarks/<part>/``
+#: or ``<part>.tsv``; the decontamination report's lies under ``tables/``)
 UNPRICED_BENCHMARKS = frozenset({"evaluate", "tables", "claims", "learning", "regression", "report"})
 
 
 def unpriced_line(cfg: Mapping[str, Any], root: Any) -> str:
     """What the estimate leaves out: the DAG's evaluate jobs (one per test-split search job), one table
-    job per paper table, and its single claims, learning, regression, decontamination-report and report
-    jobs, with the seconds Snakemake's benchmark files under ``root`` timed them at on the rehearsal's
-    slices (they read runs and figures; an evaluation's grow with the profile's queries)."""
+    job per paper table and its single jobs (:data:`UNPRICED_SINGLE`), with the seconds Snakemake's
+    benchmark files under ``root`` timed them at on the rehearsal's slices (an evaluation's grow with
+    the profile's queries)."""
     from harness import plan
     from harness.io import read_benchmarks
     from harness.published import PAPERS, load_published
@@ -1163,8 +1165,8 @@ def unpriced_line(cfg: Mapping[str, Any], root: Any) -> str:
     said = (f"; on the rehearsal's slices Snakemake's benchmark files time {len(seconds)} of them at "
             f"{min(seconds):,.1f}-{max(seconds):,.1f} s each" if seconds else "; none timed yet")
     return (f"not priced: the DAG's {evals} evaluate jobs (one per test-split search job), {tables} table jobs "
-            f"and its {len(UNPRICED_RULES) - 2} single jobs (claims, learning check, regression, decontamination "
-            f"report, report site): they read runs and figures and write tables, no cost record{said}")
+            f"and its {len(UNPRICED_SINGLE)} single jobs ({', '.join(UNPRICED_SINGLE.values())}): they read runs "
+            f"and figures and write tables, no cost record{said}")
 
 
 def summary(t: Mapping[str, Any]) -> list[str]:
