@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import operator
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Any
 from harness import stats
 from harness.config import REPO, add_config_argument, load_config, read_yaml, validate
 from harness.io import atomic_write_text
-from harness.measured import Found, available, check_measure, find_key, mean_of, outputs
+from harness.measured import Found, available, check_measure, find_key, find_mean, mean_of, outputs, parse_key
 
 CLAIMS = REPO / "configs" / "claims.yaml"
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -61,27 +62,33 @@ def quantity_key(cfg: Mapping[str, Any], q: Mapping[str, Any]) -> str | None:
     return f"{dataset}/{q['system']}/{q['measure']}"
 
 
+def side_keys(cfg: Mapping[str, Any], q: Mapping[str, Any]) -> list[str] | None:
+    """The measured keys a claim side reads: its label's stand-in (or a dataset key), or one per set where
+    the mean over sets stands in for the label (``substitutions.<label>.mean_of``); None for a constant."""
+    if "value" in q:
+        return None
+    sets = mean_of(cfg, q["dataset"])
+    return [f"{d}/{q['system']}/{q['measure']}" for d in sets] if sets else [str(quantity_key(cfg, q))]
+
+
 def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
     values, names, found = [], [], []
     for side in ("lhs", "rhs"):
         q = claim[side]
-        sets = mean_of(cfg, q.get("dataset", ""))
-        if sets:   # the paired test compares the same queries of one set
-            return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
-                    "detail": f"{q['dataset']}: profile {cfg['profile']} has the mean over {len(sets)} sets "
-                              f"({', '.join(sets)}) stand in for it (substitutions.{q['dataset']}.mean_of), and a "
-                              "claim's paired test compares one set's queries: no pooled test over sets is built"}
-        key = quantity_key(cfg, q)
-        if key is None:
+        keys = side_keys(cfg, q)
+        if keys is None:
             values.append(float(q["value"]))
             names.append(f"{q['value']}")
             found.append(None)
             continue
-        why = available(cfg, key)
+        key = keys[0] if len(keys) == 1 else (f"{q['dataset']} (the mean over {len(keys)} sets: "
+                                              f"{', '.join(parse_key(k)[0] for k in keys)})/{q['system']}/{q['measure']}")
+        why = next((f"{k}: {w}" for k in keys if (w := available(cfg, k))), None)
         if why:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
-                    "detail": f"{key}: {why}"}
-        found_ = find_key(cfg, key)
+                    "detail": why}
+        found_ = (find_key(cfg, key) if len(keys) == 1
+                  else find_mean(cfg, q["system"], [parse_key(k)[0] for k in keys], q["measure"]))
         if found_.value is None:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: {found_.reason}"}
@@ -106,16 +113,16 @@ def unlearned(cfg: Mapping[str, Any], claim: Mapping[str, Any], found: list[Foun
     """Why a side's value is no result: a model behind it that did not learn (harness.learning), or ""
     (a metric side in a time, size or speed unit, the same whether the weights learned, never is)."""
     from harness.learning import cell_status
-    from harness.measured import parse_key
 
     why = []
     for side, f in zip(("lhs", "rhs"), found, strict=True):
         if f is None:  # a constant
             continue
-        dataset, system, _ = parse_key(str(quantity_key(cfg, claim[side])))
-        failed = cell_status(cfg, system, dataset, (f.raw or {}).get("unit"))
-        if failed and failed[1] not in why:
-            why.append(failed[1])
+        for key in side_keys(cfg, claim[side]) or []:
+            dataset, system, _ = parse_key(key)
+            failed = cell_status(cfg, system, dataset, (f.raw or {}).get("unit"))
+            if failed and failed[1] not in why:
+                why.append(failed[1])
     return "; ".join(why)
 
 
@@ -158,6 +165,14 @@ def per_query(found: Found | None, measure: str | None) -> dict[str, float] | No
     from harness.figures import per_question
     from harness.io import read_json
 
+    if found is not None and found.parts:   # a mean over sets: each query keyed by (set, query id)
+        merged: dict[Any, float] = {}
+        for dataset, part in found.parts.items():
+            vals = per_query(part, measure)
+            if vals is None:
+                return None
+            merged.update({(dataset, q): v for q, v in vals.items()})
+        return merged
     if found is None or found.path is None:
         return None
     if measure and measure.startswith("metric:") and found.path.suffix == ".json" and found.path.exists():
@@ -245,6 +260,8 @@ def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | 
     if any(f is not None and p is None for f, p in zip(found, pq, strict=True)):
         return {**out, "test": "none: no per-query values (an evaluation written before they were kept)", "n": ""}
     if pq[0] is not None and pq[1] is not None and set(pq[0]) != set(pq[1]):
+        if any(isinstance(q, tuple) for p in pq for q in p):   # a pooled test would weigh the sets unlike their mean
+            return {**out, "test": "none: the two sides hold different queries of the sets they average", "n": ""}
         a, b = list(pq[0].values()), [factor * v + offset for v in pq[1].values()]
         lo, hi = stats.bootstrap_ci((a, b), lambda u, v, axis: u.mean(axis) - v.mean(axis))
         return {**out, "test": "unpaired bootstrap: the two sides are measured on different queries",
@@ -252,6 +269,8 @@ def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | 
     qids = sorted(pq[0] or pq[1] or {})
     x = [pq[0][q] if pq[0] is not None else values[0] for q in qids]
     y = [factor * pq[1][q] + offset if pq[1] is not None else factor * values[1] + offset for q in qids]
+    if qids and isinstance(qids[0], tuple):   # a mean over sets: (set, query id)
+        return {**out, **stratified(x, y, [q[0] for q in qids])}
     d = [u - v for u, v in zip(x, y, strict=True)]
     lo, hi = stats.bootstrap_ci(d)
     import numpy as np
@@ -262,6 +281,31 @@ def evidence(claim: Mapping[str, Any], values: list[float], found: list[Found | 
     return {**out, "test": f"paired sign-flip permutation ({stats.N_RESAMPLES:,} resamples, seed {stats.SEED}); "
                            "95% percentile bootstrap", "n": len(qids), "ci_low": lo, "ci_high": hi,
             "p": stats.paired_test(x, y), "mdd": stats.min_detectable_difference(float(np.std(d, ddof=1)), len(qids))}
+
+
+def stratified(x: list[float], y: list[float], strata: list[str]) -> dict[str, Any]:
+    """The evidence of a difference between two means over sets (each set weighted equally, as a paper
+    averages BEIR's): ``x``, ``y`` paired per query, ``strata`` each query's set. The difference is the
+    mean over sets of each set's mean paired difference; the sign-flip permutation test flips each
+    query's difference weighted 1 / (sets x its set's queries), so its statistic is that difference; the
+    interval resamples the queries within each set (a stratified bootstrap); the minimum detectable
+    difference reads the stratified standard error."""
+    import numpy as np
+
+    a, b, s = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(strata)
+    sets = sorted(set(strata))
+    d = a - b
+    parts = tuple(d[s == k] for k in sets)
+    if min(len(p) for p in parts) < 2:
+        return {"test": "none: a set with fewer than 2 queries (a stratified interval needs 2 per set)", "n": len(d)}
+    w = np.array([1.0 / (len(sets) * int(np.sum(s == k))) for k in strata]) * len(d)   # mean(w * d) = the difference
+    lo, hi = stats.bootstrap_ci(parts, lambda *xs, axis: np.mean([v.mean(axis) for v in xs], axis=0))
+    se = math.sqrt(sum(float(np.var(p, ddof=1)) / len(p) for p in parts)) / len(sets)
+    return {"diff": float(np.mean(w * d)), "n": len(d), "ci_low": lo, "ci_high": hi, "p": stats.paired_test(a * w, b * w),
+            "mdd": stats.min_detectable_difference(se * math.sqrt(len(d)), len(d)),
+            "test": f"paired sign-flip permutation stratified by set ({stats.N_RESAMPLES:,} resamples, seed "
+                    f"{stats.SEED}): the mean over {len(sets)} sets, each weighted equally (a query's difference "
+                    "weighted 1 / (sets x its set's queries)); 95% percentile bootstrap within each set"}
 
 
 def verdicts(rows: list[dict[str, Any]], claims: list[Mapping[str, Any]]) -> None:
@@ -296,16 +340,15 @@ def verdicts(rows: list[dict[str, Any]], claims: list[Mapping[str, Any]]) -> Non
 def required_inputs(cfg: Mapping[str, Any]) -> list[str]:
     """The claims' measurements, and the learning check's evaluations of the models behind them."""
     from harness.learning import required
-    from harness.measured import parse_key
 
     out = set()
     for claim in load_claims():
         for side in ("lhs", "rhs"):
-            key = quantity_key(cfg, claim[side])
-            if key and available(cfg, key) is None:
-                out.update(str(o) for o in outputs(cfg, key))
-                dataset, system, _ = parse_key(key)
-                out.update(str(o) for o in required(cfg, system, dataset))
+            for key in side_keys(cfg, claim[side]) or []:
+                if available(cfg, key) is None:
+                    out.update(str(o) for o in outputs(cfg, key))
+                    dataset, system, _ = parse_key(key)
+                    out.update(str(o) for o in required(cfg, system, dataset))
     return sorted(out)
 
 

@@ -145,6 +145,7 @@ class Found:
     raw: dict[str, Any] | None = None   # the metrics entry as written (value, unit, device, kind, ...)
     path: Path | None = None
     reason: str | None = None      # why there is no value (not measured, or the file's not_run note)
+    parts: dict[str, Found] | None = None   # a mean's sets (find_mean): dataset -> its value, each weighted equally
 
 
 def outputs(cfg: Mapping[str, Any], key: str) -> list[Path]:
@@ -199,7 +200,7 @@ def find_mean(cfg: Mapping[str, Any], system: str, datasets: list[str], measure:
         raw["value"] = mean / UNITS[raw["unit"]][1]
         if any((f.raw or {}).get("kind") == "projected" for f in parts):
             raw["kind"] = "projected"
-    return Found(mean, parts[0].unit, raw, parts[0].path)
+    return Found(mean, parts[0].unit, raw, parts[0].path, parts=dict(zip(datasets, parts, strict=True)))
 
 
 def find_key(cfg: Mapping[str, Any], key: str) -> Found:

@@ -209,3 +209,42 @@ def test_a_figures_batches_must_add_up_to_its_value():
         figures.value(3.0, "x", batches=([2, 4], [1, 2]))
     with pytest.raises(ValueError, match="one pair per timed batch"):
         figures.value(2.0, "x", batches=([2, 4], [1]))
+
+
+def _mean_side(tmp_path, system: str, per_set: dict[str, dict[str, float]], measure: str = "nDCG@10") -> Found:
+    """A side whose label a mean over sets stands in for (harness.measured.find_mean's Found)."""
+    parts = {}
+    for dataset, values in per_set.items():
+        folder = tmp_path / "eval" / dataset / system
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{system}.json").write_text("{}")
+        write_per_query(folder / f"{system}{PER_QUERY_SUFFIX}", {q: {measure: v} for q, v in values.items()})
+        parts[dataset] = Found(float(np.mean(list(values.values()))), path=folder / f"{system}.json")
+    first = next(iter(parts.values()))
+    return Found(float(np.mean([p.value for p in parts.values()])), path=first.path, parts=parts)
+
+
+def test_a_mean_over_sets_is_tested_paired_stratified_by_set(tmp_path):
+    """Each set weighs equally (the paper's BEIR average), not each query: the difference is the mean of
+    the sets' mean differences, the exact sign-flip p-value weights each query 1 / (sets x its set's
+    queries) (checked against all 2**6 flips, scipy's two-sided rule), the interval resamples within sets."""
+    from itertools import product
+
+    lhs = {"A": {"a1": 0.5, "a2": 0.6, "a3": 0.7, "a4": 0.8}, "B": {"b1": 0.2, "b2": 0.4}}
+    rhs = {"A": {"a1": 0.4, "a2": 0.5, "a3": 0.5, "a4": 0.6}, "B": {"b1": 0.3, "b2": 0.2}}
+    c = {**_claim(">"), "lhs": {"system": "a", "dataset": "BEIR", "measure": "nDCG@10"},
+         "rhs": {"system": "b", "dataset": "BEIR", "measure": "nDCG@10"}}
+    row = _row(c, [_mean_side(tmp_path, "a", lhs), _mean_side(tmp_path, "b", rhs)])
+    assert row["n"] == 6 and "stratified by set" in row["test"] and "2 sets" in row["test"]
+    assert row["diff"] == pytest.approx(0.10)          # (0.15 + 0.05) / 2; the pooled mean would be 0.1167
+    d = np.array([0.1, 0.1, 0.2, 0.2, -0.1, 0.2])
+    w = np.array([1 / 8] * 4 + [1 / 4] * 2)
+    null = np.array([float(np.sum(np.array(s) * w * d)) for s in product([1.0, -1.0], repeat=6)])
+    t, eps = float(np.sum(w * d)), 1e-12
+    p = min(1.0, 2 * min(np.mean(null >= t - eps), np.mean(null <= t + eps)))
+    assert row["p"] == pytest.approx(p)
+    # within each set, resampled means stay in [min, max] of its differences: the mean over sets in [0, 0.2]
+    assert 0.0 <= row["ci_low"] <= 0.10 <= row["ci_high"] <= 0.2
+    one = {"A": lhs["A"], "B": {"b1": 0.2}}
+    row = _row(c, [_mean_side(tmp_path / "x", "a", one), _mean_side(tmp_path / "x", "b", {"A": rhs["A"], "B": {"b1": 0.3}})])
+    assert row["test"].startswith("none: a set with fewer than 2 queries")
