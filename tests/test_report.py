@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -364,4 +365,5 @@ def test_estimate_page_projects_the_rehearsals_jobs_or_says_how_to_run_it(profil
     assert "CPU jobs: 0.0 hours" in page
     assert "critical path (the longest chain of dependent jobs, GPUs unlimited): 0.1 hours: search dpr" in page  # or its twin
     assert "train bpr: out of memory at this shape" in page
+    assert re.search(r"not priced: the DAG(&#x27;|')s \d+ evaluate jobs", page)   # what the estimate leaves out
     assert "estimate.html" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
