@@ -61,9 +61,9 @@ def stand_in(cfg: Mapping[str, Any], label: str) -> tuple[list[str], str | None]
 
 
 def mean_of(cfg: Mapping[str, Any], label: str) -> list[str]:
-    """The datasets a mean stands in for ``label`` over; [] where one dataset (or none) does."""
-    sub = cfg["substitutions"].get(label)
-    return [str(k) for k in sub["mean_of"]] if isinstance(sub, Mapping) else []
+    """The datasets a mean stands in for ``label`` over (:func:`stand_in`); [] where one dataset (or none) does."""
+    keys, _ = stand_in(cfg, label)
+    return keys if len(keys) > 1 else []
 
 
 def no_stand_in(cfg: Mapping[str, Any], label: str) -> str:
