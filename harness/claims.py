@@ -81,14 +81,15 @@ def evaluate(cfg: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]
             names.append(f"{q['value']}")
             found.append(None)
             continue
+        sets = [parse_key(k)[0] for k in keys]
         key = keys[0] if len(keys) == 1 else (f"{q['dataset']} (the mean over {len(keys)} sets: "
-                                              f"{', '.join(parse_key(k)[0] for k in keys)})/{q['system']}/{q['measure']}")
+                                              f"{', '.join(sets)})/{q['system']}/{q['measure']}")
         why = next((f"{k}: {w}" for k in keys if (w := available(cfg, k))), None)
         if why:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": why}
         found_ = (find_key(cfg, key) if len(keys) == 1
-                  else find_mean(cfg, q["system"], [parse_key(k)[0] for k in keys], q["measure"]))
+                  else find_mean(cfg, q["system"], sets, q["measure"]))
         if found_.value is None:
             return {"claim_id": claim["id"], "paper": claim["paper"], "holds": "not run", "measured": "",
                     "detail": f"{key}: {found_.reason}"}

@@ -1158,7 +1158,7 @@ def unpriced_line(cfg: Mapping[str, Any], root: Any) -> str:
     from harness.io import read_benchmarks
     from harness.published import PAPERS, load_published
 
-    evals = sum(1 for j in plan.pin(cfg).concrete("search") if j.params.get("split", "test") == "test")
+    evals = len(plan.pin(cfg).evaluated())
     tables = sum(len(load_published(paper)["tables"]) for paper in PAPERS)
     timed = read_benchmarks(Path(root) / "benchmarks")
     seconds = [s for key, s in timed.items() if key.split("/", 1)[0] in UNPRICED_BENCHMARKS]

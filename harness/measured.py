@@ -192,7 +192,7 @@ def find_mean(cfg: Mapping[str, Any], system: str, datasets: list[str], measure:
     for d, f in zip(datasets, parts, strict=True):
         if f.value is None:
             return Found(None, path=f.path, reason=f"{d}: {f.reason}")
-    mean = sum(float(f.value) for f in parts if f.value is not None) / len(parts)   # base units (s, B)
+    mean = sum(float(f.value) for f in parts) / len(parts)   # base units (s, B); every part has a value here
     raw = dict(parts[0].raw) if parts[0].raw is not None else None
     if raw is not None:   # a metrics entry: the mean in the first entry's unit
         from harness.units import UNITS

@@ -153,6 +153,11 @@ class Plan:
         return [j for (s, _, d), j in sorted(self.jobs.items(), key=lambda kv: str(kv[0])) if s == stage
                 and (d is not None or not Stage(stage).per_dataset)]
 
+    def evaluated(self) -> list[Job]:
+        """The search jobs on a test split: each is one evaluate job of the DAG (``reproduce_all`` asks
+        for every one)."""
+        return [j for j in self.concrete("search") if j.params.get("split", "test") == "test"]
+
     def closure(self) -> dict[tuple[str, str, str | None], Job]:
         """Every job the DAG runs: the concrete jobs and, through their inputs, the jobs that make
         those inputs (an index job per dataset is a template, made concrete for each dataset that

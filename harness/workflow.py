@@ -212,8 +212,7 @@ def all_outputs(cfg: Mapping[str, Any]) -> list[str]:
     """Every evaluation of a test-split search job and every measure job: what ``reproduce_all``
     asks for besides the tables, claims and regression (so every declared system is reached)."""
     p = hplan.pin(cfg)
-    out = [str(hplan.path(cfg, hplan.Ref("eval", j.id, j.dataset))) for j in p.concrete("search")
-           if j.params.get("split", "test") == "test"]
+    out = [str(hplan.path(cfg, hplan.Ref("eval", j.id, j.dataset))) for j in p.evaluated()]
     out += [str(hplan.output(cfg, j)) for j in p.concrete("measure")]
     return sorted(out)
 

@@ -155,6 +155,7 @@ def test_the_estimate_names_the_jobs_it_does_not_price_with_their_benchmark_seco
 
     cfg = load_config(["configs/profiles/paper.yaml"])
     tests = [j for j in plan.pin(cfg).concrete("search") if j.params.get("split", "test") == "test"]
+    assert plan.pin(cfg).evaluated() == tests
     assert f"the DAG's {len(tests)} evaluate jobs" in estimate.unpriced_line(cfg, tmp_path)
     assert estimate.unpriced_line(cfg, tmp_path).endswith("none timed yet")
     for rel, s in (("evaluate/dpr-nq.tsv", 0.75), ("tables/svdr-1.tsv", 3.25), ("learning.tsv", 1.0),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import REPO, read_yaml, validate
-from harness.measured import locate, stand_in
+from harness.measured import locate, mean_of, stand_in
 from harness.published import load_published
 
 MATRIX_DIR = REPO / "configs" / "matrix"
@@ -53,6 +53,11 @@ class Cell:
     status: str = ""
     device: str | None = None         # where an efficiency figure was measured (metrics "device")
     projected: bool = False           # scaled from a measured fraction (metrics "kind": "projected")
+
+    @property
+    def sets(self) -> list[str]:
+        """Every dataset the cell reads: a mean's sets, else its one dataset (none where it has none)."""
+        return self.datasets or ([self.dataset] if self.dataset else [])
 
 
 def column_spec(column: str, tmatrix: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,7 +119,7 @@ def resolve_table(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[
         if why:
             c.reason = why
             continue
-        c.dataset, c.datasets = keys[0], keys if len(keys) > 1 else []   # several: their mean stands in
+        c.dataset, c.datasets = keys[0], mean_of(cfg, spec["dataset"])
         for key in keys:
             sources, outputs, why = locate(cfg, system, key, c.measure)
             if why:
@@ -135,6 +140,6 @@ def required_inputs(cfg: Mapping[str, Any], paper: str, table: str) -> list[str]
 
     _, cells = resolve_table(cfg, paper, table)
     outs = {str(o) for c in cells if c.kind == "measured" for o in c.outputs}
-    outs |= {str(o) for c in cells if c.kind == "measured" for d in c.datasets or [c.dataset]
-             for o in required(cfg, str(c.system), str(d))}  # the learning check's evaluations
+    outs |= {str(o) for c in cells if c.kind == "measured" for d in c.sets
+             for o in required(cfg, str(c.system), d)}  # the learning check's evaluations
     return sorted(outs)

@@ -82,7 +82,7 @@ def fill(cfg: Mapping[str, Any], paper: str, table: str) -> tuple[dict[str, Any]
             diff = abs(c.measured - c.published)
             c.status = "OK" if diff <= tol["ok"] else "OKish" if diff <= tol["okish"] else "FAIL"
         failed = None if spec.get("training_free") else next(
-            (f for d in c.datasets or [c.dataset] if (f := learning.cell_status(cfg, str(c.system), str(d), c.unit))), None)
+            (f for d in c.sets if (f := learning.cell_status(cfg, str(c.system), d, c.unit))), None)
         if failed is not None:  # never a verdict against the paper for a model that did not learn
             c.status, c.reason = failed
     return tinfo, cells
@@ -370,7 +370,7 @@ def attach_figures(cfg: Mapping[str, Any], paper: str, table: str, cells: list[C
     for name in load_matrix(paper)["tables"].get(table, {}).get("figures", []):
         measured = [c for c in cells if c.kind == "measured"]
         found = [Path(s).parent / name for c in measured for s in c.sources]
-        for d in sorted({d for c in measured for d in c.datasets or [c.dataset] if d}):
+        for d in sorted({d for c in measured for d in c.sets}):
             found += sorted((results_root(cfg) / "metrics" / d).glob(f"*/{name}"))
         src = next((f for f in found if f.is_file()), None)
         if src is None:
