@@ -191,6 +191,25 @@ def test_a_mean_over_the_wired_sets_stands_in_for_a_papers_beir_average(tmp_path
     _, cells = render.fill(cfg, "lightretriever", "fig5")
     c = next(c for c in cells if c.row.startswith("Light dense, dims #1") and c.column.startswith("BeIR"))
     assert c.kind == "measured" and c.measured == pytest.approx(32.0) and c.status == "stand-in"
+    # the measure job's plot is drawn per set: each set's is attached, named as one of the 5, none as the mean
+    for d in sets[:-1]:
+        (locate(cfg, "lightretriever.fig5-dense-0", d, "metric:ndcg10")[0][0].parent / "fig5.png").write_bytes(d.encode())
+    md, _ = render.render(cfg, "lightretriever", "fig5", tmp_path / "f5.md", tmp_path / "f5.json")
+    figs = json.loads((tmp_path / "f5.json").read_text())["figures"]
+    assert [f["dataset"] for f in figs] == sets and figs[-1]["source"] is None
+    assert [(tmp_path / f"fig5-{d}-fig5.png").read_bytes() for d in sets[:-1]] == [d.encode() for d in sets[:-1]]
+    text = md.read_text()
+    assert "Figure fig5.png of scifact: [fig5-scifact-fig5.png](fig5-scifact-fig5.png)" in text
+    assert "one of the 5 sets the table's cells average" in text and "Figure fig5.png of scidocs: not run" in text
+    from harness.report.site import Site    # the report shows each set's plot under its own name
+
+    render.render(cfg, "lightretriever", "fig5")
+    site = Site(cfg, tmp_path / "site")
+    html = "".join(site.job_figures(tmp_path / "site", "lightretriever", "fig5",
+                                    site.table_records("lightretriever", "fig5")))
+    assert all((tmp_path / "site" / "lightretriever" / "img" / f"fig5-paper-{d}-fig5.png").read_bytes() == d.encode()
+               for d in sets[:-1])
+    assert "fig5.png of arguana (profile paper" in html and "fig5.png of scidocs</h2>" in html
     # a claim on the label reads each set (lightretriever.hybrid is not measured here: not run, naming the set)
     claim = next(c for c in claims.load_claims() if c["id"] == "lightretriever-hybrid-beats-light-dense-beir")
     out = claims.evaluate(cfg, claim)

@@ -428,13 +428,14 @@ class Site:
         for p, r in recs.items():
             for f in r.get("figures") or []:
                 src = f.get("source")
-                title = f"{f['name']} (profile {p}, written by the measure job)"
+                of = f" of {f['dataset']}" if f.get("dataset") else ""  # one set of a mean's (tables.render.attach_figures)
+                title = f"{f['name']}{of} (profile {p}, written by the measure job)"
                 if not src or not Path(src).is_file():
-                    out.append(f"<h2>{esc(f['name'])}</h2><p>{status_span('not run')} {esc(f.get('note', ''))}</p>")
+                    out.append(f"<h2>{esc(f['name'] + of)}</h2><p>{status_span('not run')} {esc(f.get('note', ''))}</p>")
                     continue
                 src = Path(src)
                 if src.suffix.lower() in IMAGE_SUFFIXES:
-                    name = f"{slug(table)}-{slug(p)}-{src.name}"
+                    name = f"{slug(table)}-{slug(p)}-{slug(f['dataset']) + '-' if f.get('dataset') else ''}{src.name}"
                     dest = root / paper / "img" / name
                     if not dest.exists():  # the table page and its figure pages show the same file
                         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -344,11 +344,10 @@ def render(cfg: Mapping[str, Any], paper: str, table: str, md: Path | None = Non
     atomic_write_text(csv_path, csv_text(frame))
     text = markdown_text(rec, frame)
     attached = attach_figures(cfg, paper, table, cells, md)
-    links = [line for _, _, line in attached]
+    links = [f["note"] for f in attached]
     atomic_write_text(md, text + ("\n" + "\n".join(links) + "\n" if links else ""))
     # the measure job's own file (per profile), not the copy beside the table (the profile rendered last)
-    rec["figures"] = [{"name": name, "source": None if src is None else str(src), "note": line}
-                      for name, src, line in attached]
+    rec["figures"] = attached
     rec["csv"] = str(csv_path)
     path = Path(record) if record is not None else record_path(cfg, paper, table)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -357,30 +356,40 @@ def render(cfg: Mapping[str, Any], paper: str, table: str, md: Path | None = Non
 
 
 def attach_figures(cfg: Mapping[str, Any], paper: str, table: str, cells: list[Cell],
-                   md: Path) -> list[tuple[str, Path | None, str]]:
+                   md: Path) -> list[dict[str, Any]]:
     """Copy the files the matrix's ``figures`` names (plots, text tables written by a measure job
     beside its metrics: the folder of a measured cell's source, else a measure job's folder of a
-    measured cell's dataset) next to the table as ``<table>-<name>``; per file (name, the measure job's
-    file or None, the markdown line linking it or saying it was not run)."""
+    measured cell's dataset) next to the table as ``<table>-<name>``; per file a dict: ``name``,
+    ``source`` (the measure job's file or None), ``note`` (the markdown line linking it or saying it was
+    not run) and ``dataset`` (None, or the set where the table's cells are a mean over sets: then each
+    set's file is attached as ``<table>-<set>-<name>``, named as one of the sets, since a measure job
+    writes its file per set and none of them is the mean the cells show)."""
     import shutil
 
     from harness.config import results_root
 
-    lines = []
+    measured = [c for c in cells if c.kind == "measured"]
+    mean_sets = next((c.sets for c in measured if len(c.sets) > 1), [])
+    out = []
     for name in load_matrix(paper)["tables"].get(table, {}).get("figures", []):
-        measured = [c for c in cells if c.kind == "measured"]
-        found = [Path(s).parent / name for c in measured for s in c.sources]
-        for d in sorted({d for c in measured for d in c.sets}):
-            found += sorted((results_root(cfg) / "metrics" / d).glob(f"*/{name}"))
-        src = next((f for f in found if f.is_file()), None)
-        if src is None:
-            lines.append((name, None, f"Figure {name}: not run (no measured cell of this table comes with it)."))
-            continue
-        dest = Path(md).parent / f"{table}-{name}"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest)
-        lines.append((name, src, f"Figure: [{dest.name}]({dest.name}) (written by the measure job beside `{src}`)."))
-    return lines
+        for d in mean_sets or [None]:
+            sets = [d] if d else sorted({s for c in measured for s in c.sets})
+            found = [] if d else [Path(s).parent / name for c in measured for s in c.sources]
+            for s in sets:
+                found += sorted((results_root(cfg) / "metrics" / s).glob(f"*/{name}"))
+            src = next((f for f in found if f.is_file()), None)
+            what = f"Figure {name}" + (f" of {d}" if d else "")
+            if src is None:
+                line = f"{what}: not run (no measured cell of this table comes with it)."
+            else:
+                dest = Path(md).parent / f"{table}-{d + '-' if d else ''}{name}"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest)
+                one_of = (f", one of the {len(mean_sets)} sets the table's cells average (the mean's points are the "
+                          "cells; the measure job draws each set alone)" if d else "")
+                line = f"{what}: [{dest.name}]({dest.name}) (written by the measure job beside `{src}`{one_of})."
+            out.append({"name": name, "source": None if src is None else str(src), "note": line, "dataset": d})
+    return out
 
 
 def main(argv: list[str]) -> int:
