@@ -361,32 +361,31 @@ def attach_figures(cfg: Mapping[str, Any], paper: str, table: str, cells: list[C
     beside its metrics: the folder of a measured cell's source, else a measure job's folder of a
     measured cell's dataset) next to the table as ``<table>-<name>``; per file a dict: ``name``,
     ``source`` (the measure job's file or None), ``note`` (the markdown line linking it or saying it was
-    not run) and ``dataset`` (None, or the set where the table's cells are a mean over sets: then each
-    set's file is attached as ``<table>-<set>-<name>``, named as one of the sets, since a measure job
-    writes its file per set and none of them is the mean the cells show)."""
+    not run) and ``dataset``: None where the measured cells read one set; where they read several (a
+    mean over sets, or columns on different sets) each set's file, as ``<table>-<set>-<name>``, named
+    as one of them, since a measure job draws its file per set and none is the table's whole."""
     import shutil
 
     from harness.config import results_root
 
     measured = [c for c in cells if c.kind == "measured"]
-    mean_sets = next((c.sets for c in measured if len(c.sets) > 1), [])
+    sets = list(dict.fromkeys(s for c in measured for s in c.sets))
     out = []
     for name in load_matrix(paper)["tables"].get(table, {}).get("figures", []):
-        for d in mean_sets or [None]:
-            sets = [d] if d else sorted({s for c in measured for s in c.sets})
+        for d in sets if len(sets) > 1 else [None]:
             found = [] if d else [Path(s).parent / name for c in measured for s in c.sources]
-            for s in sets:
+            for s in [d] if d else sets:
                 found += sorted((results_root(cfg) / "metrics" / s).glob(f"*/{name}"))
             src = next((f for f in found if f.is_file()), None)
             what = f"Figure {name}" + (f" of {d}" if d else "")
             if src is None:
-                line = f"{what}: not run (no measured cell of this table comes with it)."
+                line = (f"{what}: not run (no measure job on {d} wrote it)." if d else
+                        f"{what}: not run (no measured cell of this table comes with it).")
             else:
                 dest = Path(md).parent / f"{table}-{d + '-' if d else ''}{name}"
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dest)
-                one_of = (f", one of the {len(mean_sets)} sets the table's cells average (the mean's points are the "
-                          "cells; the measure job draws each set alone)" if d else "")
+                one_of = f", one of the {len(sets)} sets the table's cells read: each drawn alone" if d else ""
                 line = f"{what}: [{dest.name}]({dest.name}) (written by the measure job beside `{src}`{one_of})."
             out.append({"name": name, "source": None if src is None else str(src), "note": line, "dataset": d})
     return out
