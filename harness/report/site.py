@@ -428,7 +428,7 @@ class Site:
         for p, r in recs.items():
             for f in r.get("figures") or []:
                 src = f.get("source")
-                of = f" of {f['dataset']}" if f.get("dataset") else ""  # one set of a mean's (tables.render.attach_figures)
+                of = f" of {f['dataset']}" if f.get("dataset") else ""  # one of several sets the cells read (attach_figures)
                 title = f"{f['name']}{of} (profile {p}, written by the measure job)"
                 if not src or not Path(src).is_file():
                     out.append(f"<h2>{esc(f['name'] + of)}</h2><p>{status_span('not run')} {esc(f.get('note', ''))}</p>")
