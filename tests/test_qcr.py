@@ -65,8 +65,10 @@ def test_losses_in_chunks_equal_the_one_piece_losses_and_their_gradients(monkeyp
     g = torch.Generator().manual_seed(3)
     q0, d0 = torch.randn(6, 4, 5, generator=g) * 2, torch.randn(6, 3, 5, generator=g) * 2
     pieces = []
-    li = qm._late_interaction
-    monkeypatch.setattr(qm, "_late_interaction", lambda q, d: pieces.append(q.shape[0] * q.shape[1] * d.shape[0] * d.shape[1]) or li(q, d))
+    # Eq. 3's chunks are the CUDA path's (the CPU's fused kernel needs none): its form, on CPU tensors
+    monkeypatch.setattr(qm, "_fast_path", lambda x: True)
+    li = qm._late_interaction_gpu
+    monkeypatch.setattr(qm, "_late_interaction_gpu", lambda q, d: pieces.append(q.shape[0] * q.shape[1] * d.shape[0] * d.shape[1]) or li(q, d))
 
     def run(max_elements):
         q, d = q0.clone().requires_grad_(), d0.clone().requires_grad_()
@@ -86,6 +88,62 @@ def test_losses_in_chunks_equal_the_one_piece_losses_and_their_gradients(monkeyp
     assert qm.loss_peak_elements(6, 4, 3125, budget) == max(2 * 4 * 6 * 4, (budget // 3125 or 1) * 3125)
     # the paper's last stage fits: at most the budget per piece instead of a 1 TB Eq. 3 matrix
     assert qm.loss_peak_elements(2048, 250, 3125) <= qm.LOSS_CHUNK_ELEMENTS
+
+
+def _tied(g, shape):
+    """Pre-rounded codes in [-2, 2] with many coordinates exactly on a level (ties and zero distances)."""
+    x = torch.tanh(torch.randn(shape, generator=g)) * 2
+    return torch.where(torch.rand(shape, generator=g) < 0.6, x.round(), x)
+
+
+def test_fused_eq3_equals_cdist_values_and_gradients_ties_and_zeros_included():
+    """#28: the CPU's one-pass Eq. 3 (harness.methods.qcr.fused) against the exact-difference cdist
+    path: the same scores and gradients for both inputs, with coinciding codes (ties between a
+    document's codes, distances of exactly 0: gradient 0 there, as cdist's), unequal query and
+    document counts and K, and K' past 256 (two-byte kept indexes)."""
+    from harness.methods.qcr import fused
+    from harness.methods.qcr import model as qm
+
+    g = torch.Generator().manual_seed(11)
+    for b, k, p, k2 in ((7, 6, 9, 4), (5, 3, 4, 300)):
+        q, d = _tied(g, (b, k, 5)), _tied(g, (p, k2, 5))
+        d[0, 0] = q[0, 0]  # a distance of exactly 0
+        d[1, 1] = d[1, 0]  # two equal codes in one document: a tie
+        w = torch.randn(b, p, generator=g)
+        got = []
+        for fn in (qm._late_interaction, fused.late_interaction):
+            qq, dd = q.clone().requires_grad_(), d.clone().requires_grad_()
+            out = fn(qq, dd)
+            (out * w).sum().backward()
+            got.append((out.detach(), qq.grad, dd.grad))
+        for a, c in zip(*got):
+            assert a.shape == c.shape and torch.isfinite(c).all()
+            assert torch.allclose(a, c, atol=1e-5), (a - c).abs().max()
+    assert fused.index_dtype(250) == np.uint8 and fused.index_dtype(300) == np.uint16
+    # one byte per (query, code, document) at the paper's last stage: 1 GB, not a 1 TB distance matrix
+    assert fused.peak_bytes(2048, 250) == 2048 * 250 * 2048 + 2048 * 2048 * 8
+    assert not fused.supports(q.double(), d.double()) and fused.supports(q, d)
+    with pytest.raises(ValueError, match="CPU float32"):
+        fused.late_interaction(q.double(), d.double())
+
+
+def test_the_cpu_takes_the_fused_eq3_only_past_the_budget(monkeypatch):
+    """At or below LOSS_CHUNK_ELEMENTS the CPU keeps cdist's one-piece bits (every smoke, small and ci
+    batch); past it, the fused kernel, the same scores; a float64 batch past it keeps cdist's chunks."""
+    from harness.methods.qcr import fused
+    from harness.methods.qcr import model as qm
+
+    g = torch.Generator().manual_seed(12)
+    q, d = _tied(g, (6, 4, 5)), _tied(g, (6, 3, 5))
+    calls = []
+    real = fused.late_interaction
+    monkeypatch.setattr(fused, "late_interaction", lambda a, b: calls.append(a.shape) or real(a, b))
+    assert torch.equal(qm.late_interaction(q, d), qm._late_interaction(q, d)) and not calls
+    past = qm.late_interaction(q, d, max_elements=2 * 4 * 6 * 3)
+    assert calls == [q.shape] and torch.allclose(past, qm._late_interaction(q, d), atol=1e-5)
+    calls.clear()
+    wide = qm.late_interaction(q.double(), d.double(), max_elements=2 * 4 * 6 * 3)
+    assert not calls and torch.allclose(wide, qm._late_interaction(q.double(), d.double()))
 
 
 def test_qcr_loss_prefers_aligned_pairs():
@@ -347,7 +405,8 @@ def test_the_cuda_loss_path_equals_cdists_values_and_gradients():
 
 def test_bench_qcr_loss_runs_both_paths_and_they_agree(tmp_path, capsys):
     """`python -m harness bench qcr-loss` on small shapes: both paths run on the same tensors and give
-    the same loss; the GPU target is not judged on a CPU; a malformed shape list is one clear error."""
+    the same loss; on a CPU the fused path's target is judged at the largest shape both ran; a malformed
+    shape list is one clear error."""
     import json
 
     from harness.bench import run
@@ -355,15 +414,19 @@ def test_bench_qcr_loss_runs_both_paths_and_they_agree(tmp_path, capsys):
 
     assert run("qcr-loss", ["--shapes", "8x4,16x6", "--cdist-max-batch", "8", "--json", str(tmp_path / "q.json")]) == 0
     out = capsys.readouterr().out
-    assert "same loss: True" in out and "cdist not run (past --cdist-max-batch)" in out and "not judged on cpu" in out
+    assert "same loss: True" in out and "cdist not run (past --cdist-max-batch)" in out
+    assert "fused path" in out and "target: fused path >= 10x cdist at B=8 K=4" in out  # the CPU's path, judged
     rows = json.loads((tmp_path / "q.json").read_text())["shapes"]
-    ran = [r for r in rows if "projected_cdist_seconds" not in r]
+    ran = [r for r in rows if not any(key.startswith("projected_") for key in r)]
     assert [(r["batch"], r["K"]) for r in ran] == [(8, 4), (16, 6)] and ran[0]["same_loss"] is True
     # on a CPU the paper's four stages are projected from the largest shape cdist ran (8 x 4), at B^2 K^2
     proj = {(r["batch"], r["K"]): r["projected_cdist_seconds"] for r in rows if "projected_cdist_seconds" in r}
     assert list(proj) == [(256, 150), (512, 183), (1024, 217), (2048, 250)]
     assert proj[2048, 250] == pytest.approx(ran[0]["cdist"]["seconds"] * (2048 / 8) ** 2 * (250 / 4) ** 2)
-    assert "projected (cdist, QCR's CPU path; from B=8 K=4 at B^2 K^2)" in out
+    assert "projected (cdist, QCR's CPU path below the budget, and before; from B=8 K=4 at B^2 K^2)" in out
+    # the fused path's, from the largest shape it ran (16 x 6)
+    fp = {(r["batch"], r["K"]): r["projected_fused_seconds"] for r in rows if "projected_fused_seconds" in r}
+    assert fp[2048, 250] == pytest.approx(ran[1]["fused"]["seconds"] * (2048 / 16) ** 2 * (250 / 6) ** 2)
     from harness.bench.qcr_loss import projected_seconds
     assert projected_seconds(2.0, 128, 150, 256, 300) == pytest.approx(2.0 * 4 * 4)
     with pytest.raises(ConfigError, match="BATCHxK"):

@@ -148,8 +148,9 @@ class QCRModel:
 #: the most float32 distances Eq. 3 or the entropy loss holds at once (512 MB). Above it the loss runs
 #: in row chunks, each under activation checkpointing (its distances are recomputed in the backward
 #: pass instead of kept): at the paper's last stage (batch 2,048, K 250) Eq. 3 alone is a [512,000 x
-#: 512,000] matrix, 1 TB in float32. At or below it the loss is the one-piece computation, bit for bit
-#: (every smoke, small and ci batch is far below).
+#: 512,000] matrix, 1 TB in float32. On the CPU, Eq. 3 past it takes the fused kernel instead
+#: (:mod:`harness.methods.qcr.fused`: no distances held, each minimum's index kept). At or below it the
+#: loss is the one-piece computation, bit for bit (every smoke, small and ci batch is far below).
 LOSS_CHUNK_ELEMENTS = 1 << 27
 
 
@@ -208,7 +209,9 @@ def _safe_sqrt(sq):
 
 def late_interaction(q, d, max_elements: int = LOSS_CHUNK_ELEMENTS):
     """Eq. 3 for every query-document pair: q [B, K, d], d [P, K', d] -> [B, P],
-    ``sum_i max_j -||q_i - d_j||_2`` (in query chunks past ``max_elements`` distances)."""
+    ``sum_i max_j -||q_i - d_j||_2``. Past ``max_elements`` distances: on CUDA in checkpointed query
+    chunks; on the CPU in one fused pass that keeps each minimum's index, not the distances
+    (:mod:`harness.methods.qcr.fused`)."""
     import torch
 
     b, k, _ = q.shape
@@ -216,6 +219,12 @@ def late_interaction(q, d, max_elements: int = LOSS_CHUNK_ELEMENTS):
     rows = _rows(b, k * d.shape[0] * d.shape[1], max_elements)
     if rows >= b:
         return fn(q, d)
+    from harness.methods.qcr import fused  # numba: imported where used, not by the plan
+
+    if not _fast_path(q) and fused.supports(q, d):
+        # the CPU past the budget: one pass, no distance matrix (cdist's chunks took ~2.7 h a step's
+        # loss at the paper's last stage on 2 cores); below it every batch keeps cdist's bits
+        return fused.late_interaction(q, d)
     return torch.cat(_chunked(fn, q, rows, d))
 
 
