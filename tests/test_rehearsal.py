@@ -591,6 +591,9 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
     assert dp["grad_cache_chunk"] == 2  # its GradCache path ran (batch 4 in sub-batches of 2 windows)
     rows = (tmp_path / "rehearsal" / "models" / "qcr" / "loss.tsv").read_text().splitlines()
     assert [r.split("\t")[6] for r in rows[1:]] == ["150.0", "250.0"]  # the schedule's stages, K up to the paper's last
+    qp = json.loads((tmp_path / "rehearsal" / "models" / "qcr" / "meta.json").read_text())["cost"]
+    assert qp["probe"]["sub_batches_run"] < qp["probe"]["sub_batches"] and qp["probe"]["projected_seconds"] > 0, qp
+    assert len(qp["each_step_seconds"]) == 2   # each stage's step priced with its projected sub-batches
     lr = json.loads((tmp_path / "rehearsal" / "models" / "lightretriever" / "meta.json").read_text())
     assert lr["config_values"]["methods.lightretriever.lora"] == {"r": 16, "alpha": 32, "dropout": 0.1}
     assert lr["grad_cache_chunk"] == 1  # its GradCache path ran (a runtime setting: no hash covers it)

@@ -200,7 +200,7 @@ def _measure_jobs(name: str, s: Mapping[str, Any], datasets: list[str], models: 
 
 #: settings only QCR's training reads (beside harness.methods.base.TRAINING_ONLY): the loss, the training
 #: texts; ``schedule`` stands in the key as the code counts it sets (:func:`start_key`)
-TRAINING_ONLY = ("entropy_weight", "training_data", "crop", "generator", "schedule", "chunk_size")
+TRAINING_ONLY = ("entropy_weight", "training_data", "crop", "generator", "schedule", "chunk_size", "probe_sub_batches")
 
 
 def start_key(cfg: Mapping[str, Any], job: Job) -> Any:

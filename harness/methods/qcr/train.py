@@ -168,7 +168,8 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
         info["batch_capped_at"] = sched.distinct
         console(f"warning: qcr: batch sizes {', '.join(map(str, capped))} of the schedule run as {sched.distinct}, "
                 f"the distinct passages of the {len(pairs)} training pairs")
-    ts = loop.TrainSettings.from_config(s, log_every=10)
+    # QCR's GradCache sub-batch is chunk_size (a probe runs some of them: probe_sub_batches)
+    ts = loop.TrainSettings.from_config({**s, "grad_cache_chunk": int(s["chunk_size"])}, log_every=10)
     ts = replace(ts, batch_size=1, epochs=1, grad_accum=1, min_batch=1)
     device = loop.resolve_device(ts.device)
     codebook = model.fsq.implicit_codebook.to(device).float()
