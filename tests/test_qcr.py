@@ -452,7 +452,7 @@ def test_generated_queries_from_a_backbone_key_build_its_config_source(tmp_path)
     cfg = load_config()
     cfg["backbones"]["tiny-gen"] = {"source": f"config:{tmp_path / 'gen.json'}", "tokenizer": "byte-bpe",
                                     "has_mlm_head": False}
-    cfg["methods"]["qcr"].update(training_data="generated",
+    cfg["methods"]["qcr"].update(training_data="generated", probe_sub_batches=2,   # the rehearsal's probe
                                  generator={"model": "tiny-gen", "max_new_tokens": 3, "max_passages": 2})
     data = tmp_path / "data"
     prepare_dataset("smoke", cfg["datasets"]["smoke"], cfg, data)

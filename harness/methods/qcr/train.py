@@ -92,7 +92,7 @@ def training_pairs(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path,
             from harness.models import backbones
 
             lm, tok = backbones.load_lm(cfg, g["model"]), backbones.load_tokenizer(cfg, g["model"])
-        device = loop.resolve_device(loop.TrainSettings.from_config(s).device)
+        device = loop.resolve_device(train_settings(s).device)
         pairs = list(zip(generate_queries(g["model"], chosen, max_new_tokens=g["max_new_tokens"], model=lm,
                                           tokenizer=tok, device=device), [d.id for d in chosen]))
     pairs = loop.subsample(pairs, s["max_train_questions"], cfg["seed"])
@@ -147,6 +147,12 @@ class BatchSchedule:
         return [self.pairs[i] for i in chosen], int(st["codes"])
 
 
+def train_settings(s: Mapping[str, Any]) -> loop.TrainSettings:
+    """The training loop's settings of QCR settings ``s``: its GradCache sub-batch is ``chunk_size``
+    (a cost probe, ``probe_sub_batches``, runs some of them)."""
+    return loop.TrainSettings.from_config({**s, "grad_cache_chunk": int(s["chunk_size"])}, log_every=10)
+
+
 def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Path) -> dict[str, Any]:
     """Train a QCR model with settings ``s``; writes the model to ``out``. The loop is
     :func:`harness.train.train_loop` (one "example" per optimizer step; the step function draws the
@@ -168,8 +174,7 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
         info["batch_capped_at"] = sched.distinct
         console(f"warning: qcr: batch sizes {', '.join(map(str, capped))} of the schedule run as {sched.distinct}, "
                 f"the distinct passages of the {len(pairs)} training pairs")
-    # QCR's GradCache sub-batch is chunk_size (a probe runs some of them: probe_sub_batches)
-    ts = loop.TrainSettings.from_config({**s, "grad_cache_chunk": int(s["chunk_size"])}, log_every=10)
+    ts = train_settings(s)
     ts = replace(ts, batch_size=1, epochs=1, grad_accum=1, min_batch=1)
     device = loop.resolve_device(ts.device)
     codebook = model.fsq.implicit_codebook.to(device).float()
