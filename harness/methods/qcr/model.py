@@ -222,7 +222,7 @@ def late_interaction(q, d, max_elements: int = LOSS_CHUNK_ELEMENTS):
     from harness.methods.qcr import fused  # numba: imported where used, not by the plan
 
     if not _fast_path(q) and fused.supports(q, d):
-        # the CPU past the budget: one pass, no distance matrix (cdist's chunks took ~2.7 h a step's
+        # the CPU past the budget: one pass, no distance matrix (cdist's chunks: ~2.7 h projected for a step's
         # loss at the paper's last stage on 2 cores); below it every batch keeps cdist's bits
         return fused.late_interaction(q, d)
     return torch.cat(_chunked(fn, q, rows, d))
