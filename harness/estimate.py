@@ -145,11 +145,14 @@ def paper_units(cfg: Mapping[str, Any], job: Any) -> tuple[float | None, str]:
 
 
 def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
-               measured: Mapping[str, Any]) -> tuple[float, str] | None:
+               measured: Mapping[str, Any], capped: int | None = None) -> tuple[float, str] | None:
     """(seconds, how) of a train job whose schedule changes shape by stage (QCR: batch 256 -> 2,048,
     K 150 -> 250): the profile's steps of each stage x the measured seconds of that stage's steps, plus
     what the job paid once; None unless the measured run (``measured``: its config values) went through
-    the same stages, in order, at the same shapes, with each step timed (``each_step_seconds``)."""
+    the same stages, in order, at the same shapes, with each step timed (``each_step_seconds``).
+    ``capped``: the batch its training pairs capped the run's batches at (meta.json ``batch_capped_at``):
+    a stage's step is then scaled linearly from the batch it ran to the profile's (a lower bound: the
+    in-batch loss grows faster)."""
     from harness import plan
 
     m = job.method
@@ -165,8 +168,11 @@ def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
     for p, r in zip(paper, ran):
         n = int(r["steps"])
         step = sum(each[start:start + n]) / n
-        seconds += int(p["steps"]) * step
-        parts.append(f"{int(p['steps']):,} x {step:.1f} s (batch {p['batch_size']})")
+        batch = int(p["batch_size"])
+        run = min(int(r["batch_size"]), int(capped)) if capped else batch
+        seconds += int(p["steps"]) * step * batch / run
+        parts.append(f"{int(p['steps']):,} x {step:.1f} s (batch {batch})" if run == batch else
+                     f"{int(p['steps']):,} x {step:.1f} s x {batch:,} / {run:,} (batch {batch}, run at {run})")
         start += n
     return seconds, " + ".join(parts)
 
@@ -174,11 +180,12 @@ def _per_stage(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
 def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
             measured: Mapping[str, Any] | None = None, measured_bytes: int | None = None,
             fixed_bytes: int | None = None, spec: str | None = None,
-            kept: tuple[float, float] | None = None) -> dict[str, Any]:
+            kept: tuple[float, float] | None = None, capped: int | None = None) -> dict[str, Any]:
     """One job's projected cost in profile ``cfg`` from its measured ``cost`` (a rehearsal job's;
     ``measured``: that job's config values, which say the stages a schedule ran; ``measured_bytes``:
     its artifact's size, projected by :func:`disk`; ``kept``: a phrase dump's measured and the
-    profile's kept fraction of tokens, :func:`kept_fractions`)."""
+    profile's kept fraction of tokens, :func:`kept_fractions`; ``capped``: the batch a train job's
+    training pairs capped its run at, :func:`_per_stage`)."""
     units, how = paper_units(cfg, job)
     out = {"job": job.id, "stage": job.stage, "dataset": job.dataset or "", "kind": "projected",
            "measured_seconds": cost.get("seconds"), "how": how, "gpu_job": bool(job.gpu),
@@ -197,7 +204,7 @@ def project(cfg: Mapping[str, Any], job: Any, cost: Mapping[str, Any],
         out["held_gib"] = round(held[0] / 2**30, 2)
         out["host_projected_gib"] = round(out["host_peak_gib"] + (held[0] - held[1]) / 2**30, 2)
         out["how"] += f" (holds in memory what grows with its corpus: {held[2]})"
-    staged = _per_stage(cfg, job, cost, measured or {}) if job.stage == "train" and units is not None else None
+    staged = _per_stage(cfg, job, cost, measured or {}, capped) if job.stage == "train" and units is not None else None
     if staged is not None:  # a schedule's stages differ in shape: one median step would misprice them
         out["seconds"], out["how"], out["pricing"] = staged[0], f"{how}: {staged[1]}", "per stage"
     elif units is not None and cost.get("seconds_per_unit") is not None:
@@ -833,8 +840,15 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     stage = job.stage
     code = code_id(str(stage), job.method, job.step)   # today's code of the job's step (ledger.pick prefers it)
     d = ledger.pick(cands, bool(job.gpu), now, prefer, code)
+    capped = d.get("batch_capped_at") if stage == "train" else None
     row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"),
-                  kept_fractions(cfg, job, d))
+                  kept_fractions(cfg, job, d), capped)
+    if capped:   # a small training set capped its batches (QCR-uns.: the rehearsal's 64 generated queries)
+        row["how"] += (f" (its batches ran at {int(capped):,}, capped by its training pairs' distinct passages: "
+                       + ("each stage's step scaled linearly to the profile's batch" if row["pricing"] == "per stage"
+                          else "priced at that batch") + "; the in-batch loss grows faster, and what it paid "
+                       "before training, a generator's queries where it has one, is priced once: a lower bound)")
+        row["bound"] = "lower"
     if row["hardware"] == "cpu":
         row["hardware"] = ledger_machine(d)
     if stage in SEARCHING:

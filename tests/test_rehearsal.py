@@ -522,6 +522,15 @@ def test_a_schedule_whose_stages_change_shape_is_priced_stage_by_stage(tmp_path)
     fixed = 120.0 - sum(steps)
     assert row["pricing"] == "per stage" and abs(row["seconds"] - (fixed + 1000 * sum(steps))) < 1e-6
     assert "1,000 x 64.9 s (batch 2048)" in row["how"]
+    # a run whose training pairs capped its batches (QCR-uns.'s 64 generated queries): each stage's step
+    # scaled linearly from the batch it ran to the profile's, and the row a lower bound that says why
+    (tmp_path / "models" / "qcr" / "meta.json").write_text(json.dumps({**meta, "batch_capped_at": 64}))
+    row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, siblings=False)
+    want = fixed + 1000 * sum(t * st["batch_size"] / 64 for t, st in zip(steps, ran))
+    assert row["pricing"] == "per stage" and abs(row["seconds"] - want) < 1e-6 and row["bound"] == "lower"
+    assert "1,000 x 64.9 s x 2,048 / 64 (batch 2048, run at 64)" in row["how"] and "ran at 64, capped" in row["how"]
+    from harness.ledger import entry
+    assert entry({**meta, "batch_capped_at": 64})["batch_capped_at"] == 64   # the ledger line keeps it
     meta["config_values"]["methods.qcr.schedule"] = [{**st, "batch_size": 128} for st in ran]  # other shapes:
     (tmp_path / "models" / "qcr" / "meta.json").write_text(json.dumps(meta))      # not the paper's stages
     row, = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, siblings=False)
