@@ -90,6 +90,14 @@ def test_losses_in_chunks_equal_the_one_piece_losses_and_their_gradients(monkeyp
     assert qm.loss_peak_elements(2048, 250, 3125) <= qm.LOSS_CHUNK_ELEMENTS
 
 
+def _scores_and_grads(fn, q, d, w):
+    """(scores, d/dq, d/dd) of Eq. 3 path ``fn`` on copies of ``q`` and ``d``, the scores weighted by ``w``."""
+    qq, dd = q.clone().requires_grad_(), d.clone().requires_grad_()
+    out = fn(qq, dd)
+    (out * w).sum().backward()
+    return out.detach(), qq.grad, dd.grad
+
+
 def _tied(g, shape):
     """Pre-rounded codes in [-2, 2] with many coordinates exactly on a level (ties and zero distances)."""
     x = torch.tanh(torch.randn(shape, generator=g)) * 2
@@ -110,12 +118,7 @@ def test_fused_eq3_equals_cdist_values_and_gradients_ties_and_zeros_included():
         d[0, 0] = q[0, 0]  # a distance of exactly 0
         d[1, 1] = d[1, 0]  # two equal codes in one document: a tie
         w = torch.randn(b, p, generator=g)
-        got = []
-        for fn in (qm._late_interaction, fused.late_interaction):
-            qq, dd = q.clone().requires_grad_(), d.clone().requires_grad_()
-            out = fn(qq, dd)
-            (out * w).sum().backward()
-            got.append((out.detach(), qq.grad, dd.grad))
+        got = [_scores_and_grads(fn, q, d, w) for fn in (qm._late_interaction, fused.late_interaction)]
         for a, c in zip(*got):
             assert a.shape == c.shape and torch.isfinite(c).all()
             assert torch.allclose(a, c, atol=1e-5), (a - c).abs().max()
@@ -385,12 +388,7 @@ def test_the_cuda_loss_path_equals_cdists_values_and_gradients():
     d = torch.where(torch.rand(d.shape, generator=g) < 0.6, d.round(), d)
     d[0, 0] = q[0, 0]  # a distance of exactly 0
     w = torch.randn(7, 9, generator=g)
-    grads = []
-    for fn in (qm._late_interaction, qm._late_interaction_gpu):
-        qq, dd = q.clone().requires_grad_(), d.clone().requires_grad_()
-        out = fn(qq, dd)
-        (out * w).sum().backward()
-        grads.append((out.detach(), qq.grad, dd.grad))
+    grads = [_scores_and_grads(fn, q, d, w) for fn in (qm._late_interaction, qm._late_interaction_gpu)]
     for a, b in zip(*grads):
         assert torch.isfinite(b).all() and torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
     cb = _fsq().implicit_codebook.float()

@@ -53,55 +53,54 @@ def _forward(q, dt, idx, out):  # pragma: no cover - compiled
             out[b, p] = -s
 
 
+@numba.njit(cache=True, inline="always")
+def _pull(q, d, b, i, p, j, w, diff):  # pragma: no cover - compiled
+    """diff <- w (q[b, i] - d[p, j]) / ||q[b, i] - d[p, j]|| (float64); False at distance 0 (cdist's
+    gradient there is 0)."""
+    sq = 0.0
+    for c in range(q.shape[2]):
+        diff[c] = np.float64(q[b, i, c]) - np.float64(d[p, j, c])
+        sq += diff[c] * diff[c]
+    if sq == 0.0:
+        return False
+    r = w / np.sqrt(sq)
+    for c in range(q.shape[2]):
+        diff[c] *= r
+    return True
+
+
 @numba.njit(parallel=True, cache=True)
 def _grad_q(q, d, idx, g, gq):  # pragma: no cover - compiled
-    """gq [B, K, D] += d score[b, p] / d q[b, i] x g[b, p] = -g (q_i - d_j*) / ||q_i - d_j*||."""
+    """gq [B, K, D] = sum_p d score[b, p] / d q[b, i] x g[b, p] = -g (q_i - d_j*) / ||q_i - d_j*||."""
     b_n, k_n, dim = q.shape
-    p_n = d.shape[0]
-    diff = np.empty((b_n, dim), np.float64)
     for b in numba.prange(b_n):
+        diff = np.empty(dim, np.float64)
         for i in range(k_n):
             for c in range(dim):
                 gq[b, i, c] = 0.0
-            for p in range(p_n):
-                w = g[b, p]
-                if w == 0.0:
-                    continue
-                j = idx[b, i, p]
-                sq = 0.0
-                for c in range(dim):
-                    diff[b, c] = np.float64(q[b, i, c]) - np.float64(d[p, j, c])
-                    sq += diff[b, c] * diff[b, c]
-                if sq > 0.0:
-                    r = w / np.sqrt(sq)
+            for p in range(d.shape[0]):
+                if g[b, p] != 0.0 and _pull(q, d, b, i, p, idx[b, i, p], g[b, p], diff):
                     for c in range(dim):
-                        gq[b, i, c] -= r * diff[b, c]
+                        gq[b, i, c] -= diff[c]
 
 
 @numba.njit(parallel=True, cache=True)
 def _grad_d(q, d, idx, g, gd):  # pragma: no cover - compiled
-    """gd [P, K2, D] += g (q_i - d_j) / ||q_i - d_j|| over every (b, i) whose minimum is d[p, j]."""
+    """gd [P, K2, D] = sum over every (b, i) whose minimum is d[p, j] of g (q_i - d_j) / ||q_i - d_j||."""
     b_n, k_n, dim = q.shape
-    p_n = d.shape[0]
-    diff = np.empty((p_n, dim), np.float64)
-    for p in numba.prange(p_n):
+    for p in numba.prange(d.shape[0]):
+        diff = np.empty(dim, np.float64)
         for j in range(d.shape[1]):
             for c in range(dim):
                 gd[p, j, c] = 0.0
         for b in range(b_n):
-            w = g[b, p]
-            if w == 0.0:
+            if g[b, p] == 0.0:
                 continue
             for i in range(k_n):
                 j = idx[b, i, p]
-                sq = 0.0
-                for c in range(dim):
-                    diff[p, c] = np.float64(q[b, i, c]) - np.float64(d[p, j, c])
-                    sq += diff[p, c] * diff[p, c]
-                if sq > 0.0:
-                    r = w / np.sqrt(sq)
+                if _pull(q, d, b, i, p, j, g[b, p], diff):
                     for c in range(dim):
-                        gd[p, j, c] += r * diff[p, c]
+                        gd[p, j, c] += diff[c]
 
 
 def index_dtype(codes: int) -> np.dtype:
