@@ -2,19 +2,20 @@
 
 ``sum_i max_j -||q_i - d_j||_2`` for every query-document pair grows as B^2 K^2: at the paper's last
 stage (batch 2,048, K 250) 2.6e11 distances, which :func:`harness.methods.qcr.model.late_interaction`
-computes on the CPU through ``torch.cdist`` (exact differences) in checkpointed row chunks: about 2.7 h
-a step's loss on a 2-core CPU (``python -m harness bench qcr-loss``), why no batch-2,048 QCR training had
-run on a CPU. Here one kernel walks each (query, document) pair, keeps the smallest squared exact
-difference over the document's codes and its index, and square-roots only that minimum (sqrt is
-monotonic: the same value as cdist's maximum of negated distances); the backward pass reads the kept
-index (one byte per (query, code, document) for K <= 256: 1 GB at the paper's last stage, where the
-distances would be 1 TB) and sends each minimum's gradient to its two codes, 0 at distance 0 as cdist's.
+computed on the CPU through ``torch.cdist`` (exact differences) in checkpointed row chunks: 2.1-2.7 h
+projected for one step's loss on a 2-core CPU (``python -m harness bench qcr-loss``), why no
+batch-2,048 QCR training had run on a CPU. Here one kernel walks each (query, document) pair, keeps the
+smallest squared exact difference over the document's codes and its index, and square-roots only that
+minimum (sqrt is monotonic: the same value as cdist's maximum of negated distances); the backward pass
+reads the kept index (one byte per (query, code, document) for K <= 256: 1 GB at the paper's last
+stage, where the distances would be 1 TB) and sends each minimum's gradient to its two codes, 0 at
+distance 0 as cdist's.
 
-Every sum runs in a fixed order (no fast-math: the same bits on any CPU), scores and gradients
-accumulate in float64 and are returned in float32. The harness takes this path on the CPU only where
-the loss would otherwise be chunked (``LOSS_CHUNK_ELEMENTS``): every smoke, small and ci batch keeps
-cdist's bits. tests/test_qcr.py compares values and gradients with the cdist path, ties and exact
-zeros included.
+Every sum runs in a fixed order (compiled without fast-math: the compiler may not reorder them); scores
+and gradients accumulate in float64 and are returned in float32. The harness takes this path on the CPU
+only where the loss would otherwise be chunked (``LOSS_CHUNK_ELEMENTS``): every smoke, small and ci
+batch keeps cdist's bits. tests/test_qcr.py compares values and gradients with the cdist path, ties and
+exact zeros included.
 """
 from __future__ import annotations
 
@@ -106,12 +107,6 @@ def _grad_d(q, d, idx, g, gd):  # pragma: no cover - compiled
 def index_dtype(codes: int) -> np.dtype:
     """The kept minimum's code index: one byte up to 256 codes a document, two up to 65,536."""
     return np.dtype(np.uint8 if codes <= 1 << 8 else np.uint16 if codes <= 1 << 16 else np.uint32)
-
-
-def peak_bytes(batch: int, k: int, docs: int | None = None) -> int:
-    """What the fused Eq. 3 holds beyond its inputs: the kept indexes [B, K, P] and the scores."""
-    docs = batch if docs is None else docs
-    return batch * k * docs * index_dtype(k).itemsize + batch * docs * 8
 
 
 def supports(q, d) -> bool:
