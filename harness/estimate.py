@@ -1250,10 +1250,14 @@ def _note_sub_batches(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], mea
     other sub-batches): the row says so. A GradCache step encodes every text twice (once without a
     graph), about 4/3 of one graph's compute, so such a projection is high where the profile trains in
     one graph; it is not rescaled. The profile's sub-batches are the job's own (a variant's where it sets them:
-    LightRetriever's 8B models take 8 where its main model takes 64)."""
+    LightRetriever's 8B models take 8 where its main model takes 64), under its method's sub-batch key
+    (QCR's ``chunk_size``: :func:`harness.methods.base.sub_batch_key`)."""
+    from harness.methods.base import sub_batch_key
+
     if job.stage != "train" or not measured:
         return
-    want = int(_train_settings(cfg, job).get("grad_cache_chunk") or 0)
+    key = (sub_batch_key(job.method) or "grad_cache_chunk").rsplit(".", 1)[-1]
+    want = int(_train_settings(cfg, job).get(key) or 0)
     if int(measured) != want:   # sub-batches both ways: the same passes, in smaller or larger pieces
         row["how"] += (f" (measured in GradCache sub-batches of {int(measured)}, the profile "
                        + (f"uses {want})" if want else "trains in one graph: about 4/3 of one graph's compute)"))

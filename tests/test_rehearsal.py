@@ -182,6 +182,14 @@ def test_a_variant_trained_in_other_sub_batches_is_compared_with_its_own(tmp_pat
     rows = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False, siblings=False)
     eight, = [r for r in rows if r["stage"] == "train" and r["job"] == "lightretriever.llama-8b"]
     assert "(measured in GradCache sub-batches of 4, the profile uses 8)" in eight["how"]
+    # QCR's sub-batch is its chunk_size (the paper profile's 128), recorded as the job's grad_cache_chunk
+    folder = tmp_path / "models" / "qcr.grid-b1k1"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"kind": "model", "job": "qcr.grid-b1k1", "grad_cache_chunk": 8,
+                                                  "cost": cost.record("train", {"steps": 1}, 30.0)}))
+    rows = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False, siblings=False)
+    grid, = [r for r in rows if r["stage"] == "train" and r["job"] == "qcr.grid-b1k1"]
+    assert "(measured in GradCache sub-batches of 8, the profile uses 128)" in grid["how"]
 
 
 def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_path, capsys):
@@ -600,7 +608,9 @@ def test_every_methods_rehearsal_model_trains_on_a_tiny_slice(repo, shared_data,
     assert dp["grad_cache_chunk"] == 2  # its GradCache path ran (batch 4 in sub-batches of 2 windows)
     rows = (tmp_path / "rehearsal" / "models" / "qcr" / "loss.tsv").read_text().splitlines()
     assert [r.split("\t")[6] for r in rows[1:]] == ["150.0", "250.0"]  # the schedule's stages, K up to the paper's last
-    qp = json.loads((tmp_path / "rehearsal" / "models" / "qcr" / "meta.json").read_text())["cost"]
+    qmeta = json.loads((tmp_path / "rehearsal" / "models" / "qcr" / "meta.json").read_text())
+    qp = qmeta["cost"]
+    assert qmeta["grad_cache_chunk"] == 1   # its chunk_size, for the estimate's note on sub-batches
     assert qp["probe"]["sub_batches_run"] < qp["probe"]["sub_batches"] and qp["probe"]["projected_seconds"] > 0, qp
     assert len(qp["each_step_seconds"]) == 2   # each stage's step priced with its projected sub-batches
     lr = json.loads((tmp_path / "rehearsal" / "models" / "lightretriever" / "meta.json").read_text())

@@ -214,4 +214,5 @@ def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Pat
             "loss_last": res["loss_last"], "contrastive_last": res.get("contrastive_last", []),
             "entropy_last": res.get("entropy_last", []), "codebook_size": len(usage), "K": codes_k(s),
             "training_usage": {k_: v for k_, v in u.items() if k_ != "counts"}, "settings": train_signature(s),
+            "grad_cache_chunk": ts.grad_cache_chunk,   # its chunk_size (a runtime setting: no hash covers it)
             "fsq": FSQ_VERSION, **info}
