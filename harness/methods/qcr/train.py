@@ -150,7 +150,8 @@ class BatchSchedule:
 def train_settings(s: Mapping[str, Any]) -> loop.TrainSettings:
     """The training loop's settings of QCR settings ``s``: its GradCache sub-batch is ``chunk_size``
     (a cost probe, ``probe_sub_batches``, runs some of them)."""
-    return loop.TrainSettings.from_config({**s, "grad_cache_chunk": int(s["chunk_size"])}, log_every=10)
+    # the chunk as a default (not a copy of ``s``: a job reads only the settings it uses, harness.settings)
+    return loop.TrainSettings.from_config(s, log_every=10, grad_cache_chunk=int(s["chunk_size"]))
 
 
 def train(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path, out: Path) -> dict[str, Any]:
