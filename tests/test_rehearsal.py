@@ -175,21 +175,17 @@ def test_a_variant_trained_in_other_sub_batches_is_compared_with_its_own(tmp_pat
     from harness.config import load_config
 
     cost.allow_fallbacks(False)
-    folder = tmp_path / "models" / "lightretriever.llama-8b"
-    folder.mkdir(parents=True)
-    (folder / "meta.json").write_text(json.dumps({"kind": "model", "job": "lightretriever.llama-8b", "grad_cache_chunk": 4,
-                                                  "cost": cost.record("train", {"steps": 2}, 30.0)}))
-    rows = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False, siblings=False)
-    eight, = [r for r in rows if r["stage"] == "train" and r["job"] == "lightretriever.llama-8b"]
-    assert "(measured in GradCache sub-batches of 4, the profile uses 8)" in eight["how"]
     # QCR's sub-batch is its chunk_size (the paper profile's 128), recorded as the job's grad_cache_chunk
-    folder = tmp_path / "models" / "qcr.grid-b1k1"
-    folder.mkdir(parents=True)
-    (folder / "meta.json").write_text(json.dumps({"kind": "model", "job": "qcr.grid-b1k1", "grad_cache_chunk": 8,
-                                                  "cost": cost.record("train", {"steps": 1}, 30.0)}))
+    cases = (("lightretriever.llama-8b", 4, 8), ("qcr.grid-b1k1", 8, 128))
+    for job, measured, _ in cases:
+        folder = tmp_path / "models" / job
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text(json.dumps({"kind": "model", "job": job, "grad_cache_chunk": measured,
+                                                      "cost": cost.record("train", {"steps": 2}, 30.0)}))
     rows = estimate.estimate(load_config(["configs/profiles/paper.yaml"]), tmp_path, other_datasets=False, siblings=False)
-    grid, = [r for r in rows if r["stage"] == "train" and r["job"] == "qcr.grid-b1k1"]
-    assert "(measured in GradCache sub-batches of 8, the profile uses 128)" in grid["how"]
+    for job, measured, want in cases:
+        row, = [r for r in rows if r["stage"] == "train" and r["job"] == job]
+        assert f"(measured in GradCache sub-batches of {measured}, the profile uses {want})" in row["how"], job
 
 
 def test_cost_record_prices_each_stages_unit_and_the_estimate_projects_it(tmp_path, capsys):
