@@ -31,7 +31,7 @@ LEDGER_DIR = Path("configs/costs")
 #: the meta.json fields a ledger line keeps (what harness.estimate reads, and the provenance)
 KEPT = ("kind", "job", "method", "dataset", "config_hash", "git_commit", "created", "versions", "hardware", "bytes",
         "documents", "cost", "config_values", "fallbacks", "grad_cache_chunk", "spec", "fixed_bytes", "code",
-        "batch_capped_at")
+        "batch_capped_at", "generator")
 
 
 def slug(hw: Mapping[str, Any]) -> str:

@@ -455,4 +455,6 @@ def test_generated_queries_from_a_backbone_key_build_its_config_source(tmp_path)
     torch.manual_seed(0)
     pairs, docs, info = training_pairs(cfg, settings(cfg), data, random.Random(0))
     assert info["training_data"] == "generated" and len(pairs) == 2
+    gen = info["generator"]   # what harness.estimate prices per passage
+    assert gen["passages"] == 2 and gen["seconds"] > 0 and gen["max_new_tokens"] == 3 and gen["device"] == "cpu"
     assert all(isinstance(q, str) and d in docs for q, d in pairs)

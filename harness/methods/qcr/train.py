@@ -3,6 +3,7 @@ queries), the schedule's batches, and the training step on :func:`harness.train.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
@@ -93,8 +94,12 @@ def training_pairs(cfg: Mapping[str, Any], s: Mapping[str, Any], data_dir: Path,
 
             lm, tok = backbones.load_lm(cfg, g["model"]), backbones.load_tokenizer(cfg, g["model"])
         device = loop.resolve_device(train_settings(s).device)
+        t0 = time.perf_counter()
         pairs = list(zip(generate_queries(g["model"], chosen, max_new_tokens=g["max_new_tokens"], model=lm,
                                           tokenizer=tok, device=device), [d.id for d in chosen]))
+        # its seconds per passage (harness.estimate prices the profile's passages by them, not once)
+        info["generator"] = {"passages": len(chosen), "seconds": round(time.perf_counter() - t0, 3),
+                             "max_new_tokens": int(g["max_new_tokens"]), "device": device}
     pairs = loop.subsample(pairs, s["max_train_questions"], cfg["seed"])
     info["pairs"] = len(pairs)
     return pairs, docs, info
