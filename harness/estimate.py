@@ -846,9 +846,12 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     if capped:   # a small training set capped its batches (QCR-uns.: the rehearsal's 64 generated queries)
         row["how"] += (f" (its batches ran at {int(capped):,}, capped by its training pairs' distinct passages: "
                        + ("each stage's step scaled linearly to the profile's batch" if row["pricing"] == "per stage"
-                          else "priced at that batch") + "; the in-batch loss grows faster, and what it paid "
-                       "before training, a generator's queries where it has one, is priced once: a lower bound)")
+                          else "priced at that batch") + "; the in-batch loss grows faster"
+                       + ("" if d.get("generator") else ", and what it paid before training, a generator's queries "
+                          "where it has one, is priced once") + ": a lower bound)")
         row["bound"] = "lower"
+    if stage == "train" and d.get("generator"):
+        _price_generator(cfg, job, row, d["generator"])
     if row["hardware"] == "cpu":
         row["hardware"] = ledger_machine(d)
     if stage in SEARCHING:
@@ -1243,6 +1246,35 @@ def _bound_search(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], searche
     if searched and full and full > searched:
         row["how"] += f" (each searched {searched:,} documents here, {full:,} in the profile: a lower bound)"
         row["bound"] = "lower"
+
+
+def _price_generator(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], gen: Mapping[str, Any]) -> None:
+    """A train job that wrote its own training queries (QCR-uns.: Gemma-2-2b, one query a passage;
+    meta.json ``generator``: the passages and seconds it ran) pays its generator per passage, not once:
+    the row's seconds take the measured generation out of what the job paid once and put back its
+    seconds a passage x the profile's passages (``generator.max_passages``, else every passage of the
+    corpus it trains on: MS MARCO's 8.8M for the paper's QCR-uns.). A profile that writes longer queries
+    (``max_new_tokens``) is scaled linearly by them (decoding is per token; the prompt's pass is not)."""
+    ran, secs = int(gen.get("passages") or 0), float(gen.get("seconds") or 0.0)
+    if row.get("seconds") is None or ran <= 0:
+        return
+    s = _train_settings(cfg, job)
+    g = s.get("generator") or {}
+    if s.get("training_data") != "generated":   # the profile's job writes no queries: none to price
+        row["seconds"] -= secs
+        row["how"] += f" (less its generator's {secs:,.0f} s: the profile's job generates no queries)"
+        return
+    n = g.get("max_passages") or _documents(cfg, s.get("train_dataset"))
+    if not n:
+        row["how"] += f" (its generator's {secs:,.0f} s for {ran:,} passages priced once: the profile's corpus has no count)"
+        return
+    per = secs / ran
+    tokens, ran_tokens = int(g.get("max_new_tokens") or 0), int(gen.get("max_new_tokens") or 0)
+    scale = tokens / ran_tokens if tokens and ran_tokens else 1.0
+    row["seconds"] += n * per * scale - secs
+    row["how"] += (f" + its generator's queries: {int(n):,} passages x {per:.2f} s a passage (measured on {ran:,} "
+                   f"passages on {gen.get('device', '?')}" + (f", x {tokens} / {ran_tokens} new tokens" if scale != 1.0
+                                                                else "") + ")")
 
 
 def _note_sub_batches(cfg: Mapping[str, Any], job: Any, row: dict[str, Any], measured: Any) -> None:

@@ -541,6 +541,47 @@ def test_a_schedule_whose_stages_change_shape_is_priced_stage_by_stage(tmp_path)
     assert row["pricing"] == "steady" and abs(row["seconds"] - (rec["fixed_seconds"] + 20.2 * 4000)) < 1e-6
 
 
+def test_a_generator_is_priced_per_passage_of_the_profiles_corpus(tmp_path):
+    """QCR-uns. writes its training queries with Gemma-2-2b, one a passage. The rehearsal generates for 64
+    passages (about 20 s each on two CPU cores), the paper profile for every MS MARCO passage
+    (``generator.max_passages: null``): the generator is priced per passage of that corpus, not once with
+    the job's start-up; a profile that generates fewer passages, or writes longer queries, is priced by
+    them; a profile's job that generates nothing pays none of it."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    cost.allow_fallbacks(False)
+    steps = [3.5, 7.3, 20.2, 64.9]
+    for i, t in enumerate(steps):
+        cost.step_timed(t, first=i == 0)
+    rec = cost.record("train", {"steps": 4}, 1400.0)
+    ran = load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"])["methods"]["qcr"]["schedule"]
+    gen = {"passages": 64, "seconds": 1280.0, "max_new_tokens": 32, "device": "cpu"}
+    meta = {"kind": "model", "job": "qcr.uns", "cost": rec, "config_values": {"methods.qcr.schedule": ran},
+            "batch_capped_at": 64, "generator": gen}
+    (tmp_path / "models" / "qcr.uns").mkdir(parents=True)
+    (tmp_path / "models" / "qcr.uns" / "meta.json").write_text(json.dumps(meta))
+    paper = load_config(["configs/profiles/paper.yaml"])
+    docs = estimate._documents(paper, "msmarco")
+    assert docs == 8_841_823 and paper["methods"]["qcr"]["generator"]["max_passages"] is None
+    train = 1400.0 - sum(steps) + 1000 * sum(t * st["batch_size"] / 64 for t, st in zip(steps, ran))
+    row, = estimate.estimate(paper, tmp_path, siblings=False)
+    assert abs(row["seconds"] - (train - 1280.0 + docs * 20.0)) < 1e-3 and row["bound"] == "lower"
+    assert "8,841,823 passages x 20.00 s a passage (measured on 64 passages on cpu)" in row["how"]
+    assert "priced once" not in row["how"]
+    from harness.ledger import entry
+    assert entry(meta)["generator"] == gen   # the ledger line keeps it
+    paper["methods"]["qcr"]["generator"] = {**paper["methods"]["qcr"]["generator"], "max_passages": 1000,
+                                            "max_new_tokens": 64}
+    row, = estimate.estimate(paper, tmp_path, siblings=False)
+    assert abs(row["seconds"] - (train - 1280.0 + 1000 * 20.0 * 2)) < 1e-3 and "x 64 / 32 new tokens" in row["how"]
+    paper["methods"]["qcr"]["variants"]["uns"] = {**paper["methods"]["qcr"]["variants"]["uns"], "training_data": "crops"}
+    row, = estimate.estimate(paper, tmp_path, siblings=False)
+    assert abs(row["seconds"] - (train - 1280.0)) < 1e-3 and "generates no queries" in row["how"]
+
+
 def test_the_memory_guard_leaves_cuda_uncapped_and_names_the_gpus_memory(monkeypatch):
     """Where torch sees a GPU, no address-space cap (CUDA reserves address space beyond the host's
     memory), and a CUDA out-of-memory error becomes one line naming the GPU memory it had."""
