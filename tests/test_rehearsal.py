@@ -502,23 +502,31 @@ def test_a_train_job_is_priced_by_its_steady_steps_plus_what_it_pays_once(tmp_pa
     assert one["seconds_per_unit"] == 20.0 and "fixed_seconds" not in one
 
 
-def test_a_schedule_whose_stages_change_shape_is_priced_stage_by_stage(tmp_path):
-    """QCR's paper schedule runs 1,000 steps at each of batch 256, 512, 1,024 and 2,048; the rehearsal
-    runs one step of each. The median step (here the 1,024 stage's) would under-price the 2,048 stage
-    (on an H200: 3.5, 7.3, 20.2 and 64.9 s), so each stage is priced at its own step."""
-    import json
-
-    from harness import cost, estimate
+def _qcr_stages_recorded(seconds: float):
+    """(step seconds, cost record, the rehearsal's QCR schedule) of a train job of ``seconds`` whose four
+    stages' steps took an H200's 3.5, 7.3, 20.2 and 64.9 s (one step a stage, as the rehearsal runs)."""
+    from harness import cost
     from harness.config import load_config
 
     cost.allow_fallbacks(False)
     steps = [3.5, 7.3, 20.2, 64.9]
     for i, t in enumerate(steps):
         cost.step_timed(t, first=i == 0)
-    rec = cost.record("train", {"steps": 4}, 120.0)
+    ran = load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"])["methods"]["qcr"]["schedule"]
+    return steps, cost.record("train", {"steps": 4}, seconds), ran
+
+
+def test_a_schedule_whose_stages_change_shape_is_priced_stage_by_stage(tmp_path):
+    """QCR's paper schedule runs 1,000 steps at each of batch 256, 512, 1,024 and 2,048; the rehearsal
+    runs one step of each. The median step (here the 1,024 stage's) would under-price the 2,048 stage
+    (on an H200: 3.5, 7.3, 20.2 and 64.9 s), so each stage is priced at its own step."""
+    import json
+
+    from harness import estimate
+    from harness.config import load_config
+
+    steps, rec, ran = _qcr_stages_recorded(120.0)
     assert rec["each_step_seconds"] == steps and rec["seconds_per_unit"] == 20.2
-    rehearsal = load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"])
-    ran = rehearsal["methods"]["qcr"]["schedule"]
     (tmp_path / "models" / "qcr").mkdir(parents=True)
     meta = {"kind": "model", "job": "qcr", "cost": rec, "config_values": {"methods.qcr.schedule": ran}}
     (tmp_path / "models" / "qcr" / "meta.json").write_text(json.dumps(meta))
@@ -549,15 +557,10 @@ def test_a_generator_is_priced_per_passage_of_the_profiles_corpus(tmp_path):
     them; a profile's job that generates nothing pays none of it."""
     import json
 
-    from harness import cost, estimate
+    from harness import estimate
     from harness.config import load_config
 
-    cost.allow_fallbacks(False)
-    steps = [3.5, 7.3, 20.2, 64.9]
-    for i, t in enumerate(steps):
-        cost.step_timed(t, first=i == 0)
-    rec = cost.record("train", {"steps": 4}, 1400.0)
-    ran = load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"])["methods"]["qcr"]["schedule"]
+    steps, rec, ran = _qcr_stages_recorded(1400.0)
     gen = {"passages": 64, "seconds": 1280.0, "max_new_tokens": 32, "device": "cpu"}
     meta = {"kind": "model", "job": "qcr.uns", "cost": rec, "config_values": {"methods.qcr.schedule": ran},
             "batch_capped_at": 64, "generator": gen}
