@@ -260,6 +260,30 @@ def test_qcr_table2_reads_each_documents_codes_and_words_as_pmi_iterates_them(tm
     assert not got["lists"] and got["pmi"] == want and len(want) == 3 and all(want.values())
 
 
+def test_qcr_table2_says_when_a_codes_words_are_ties_at_pmi_zero(tmp_path, capsys):
+    """A code in every document (a collapsed codebook's most used code) has PMI 0 with every word: its
+    'top' words are ties in word order, and Table 2 says so rather than listing them as associations; a
+    code in some documents lists its words unmarked."""
+    import json
+
+    from harness.methods.qcr import measure as qm
+
+    data, docs = _corpus(tmp_path, 60, seed=6)
+    codes = np.random.default_rng(7).integers(1, 20, (60, 8)).astype(np.uint16)
+    codes[:, 0] = 0                                  # code 0 in every document: chosen first, PMI 0
+    out = tmp_path / "out"
+    out.mkdir()
+    qm._table2({"analysis": {"pmi_top": 5, "pmi_min_count": 2, "pmi_codes": 2}}, "d", "t", {"data": data}, out,
+               codes, [d.id for d in docs])
+    lines = [x for x in (out / "table2.md").read_text().splitlines() if x.startswith("- **code")]
+    assert len(lines) == 2 and lines[0].startswith("- **code 0**: *no word co-occurs with it more than chance")
+    assert "chance" not in lines[1] and ": 0.00" not in lines[1].split(", ")[0]
+    first = json.loads((out / "qcr.pmi-1.json").read_text())
+    assert first["values"]["top_pmi"]["value"] == 0.0 and "more than chance" in first["note"]
+    assert "more than chance" not in json.loads((out / "qcr.pmi-2.json").read_text())["note"]
+    assert "WARNING: qcr.pmi-1: code 0 no word" in capsys.readouterr().out
+
+
 def test_codebook_usage_counts_a_block_at_a_time_as_one_bincount(monkeypatch):
     """usage() counts the code ids a block at a time (np.bincount copies its input to int64: 17.7 GB for
     MS MARCO's 8.8M x 250 codes); blocks that do not divide the ids give the one-piece counts."""

@@ -133,6 +133,16 @@ def _fig_a2(s: Mapping[str, Any], d: str, title: str, inputs: Mapping[str, Path]
     plot_usage(usages, out / "figA2.png", title)
 
 
+def _no_association(words: Sequence[tuple[str, float]]) -> str:
+    """Why a code's word list says nothing, or ''. Its words come by PMI descending, ties by word: when
+    the highest is not above 0 (PMI ln(N_wc N / (N_w N_c)), 0 for every word of a code in every
+    document), no word co-occurs with the code more than chance, and the list is ties in word order."""
+    if words and words[0][1] > 1e-9:
+        return ""
+    return ("no word co-occurs with it more than chance (every PMI <= 0, as for a code in every document, "
+            "a collapsed codebook's); its words are ties, listed by word")
+
+
 class _Reread:
     """A sequence of ``n`` items made anew each time it is iterated (``make``): what pmi_words reads
     twice without a corpus's worth of them held."""
@@ -159,14 +169,18 @@ def _table2(s: Mapping[str, Any], d: str, title: str, inputs: Mapping[str, Path]
                                                                 WORDS_BLOCK)
                                           for w in analyze_words(block)))
     pmi = pmi_words(rows, words, top=a["pmi_top"], min_count=a["pmi_min_count"], n_codes=a["pmi_codes"])
+    lines = [f"# Table 2 (measured): words with the highest PMI per code, {title}", ""]
     for rank, (c, ws) in enumerate(pmi.items(), 1):
+        listed = ", ".join(f"{w}: {p:.2f}" for w, p in ws)
+        flat = _no_association(ws)
+        if flat:
+            print(f"WARNING: qcr.pmi-{rank}: code {c} {flat}")
         write_json(out / f"qcr.pmi-{rank}.json", _metric(f"qcr.pmi-{rank}", d, {
             "code": (int(c), "count", "code id (by document frequency rank)"),
-            "top_pmi": (ws[0][1] if ws else float("nan"), "none",
-                        "highest PMI (nats); words: " + ", ".join(f"{w}: {p:.2f}" for w, p in ws))},
-            words=ws, note="document-level PMI, natural log; words are Lucene-analysed (stemmed) terms"))
-    lines = [f"# Table 2 (measured): words with the highest PMI per code, {title}", ""]
-    lines += [f"- **code {c}**: " + ", ".join(f"{w}: {p:.2f}" for w, p in ws) for c, ws in pmi.items()]
+            "top_pmi": (ws[0][1] if ws else float("nan"), "none", "highest PMI (nats); words: " + listed)},
+            words=ws, note="document-level PMI, natural log; words are Lucene-analysed (stemmed) terms"
+                           + (f"; {flat}" if flat else "")))
+        lines.append(f"- **code {c}**: " + (f"*{flat}*: " if flat else "") + listed)
     (out / "table2.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
