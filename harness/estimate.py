@@ -971,6 +971,16 @@ def _held_in_memory(row: Mapping[str, Any]) -> float | None:
     return sum(parts) if parts else None
 
 
+def _needs_memory(row: Mapping[str, Any]) -> float | None:
+    """GiB a job needs booked at the least: what it holds at the profile's scale
+    (:func:`_held_in_memory`) or the peak the rehearsal measured (``host_projected_gib`` where its
+    corpus grows, else the slice's ``host_peak_gib``: a lower bound of the profile's), the larger;
+    None where neither is known (a scaled row's memory is not projected)."""
+    peak = row.get("host_projected_gib") if row.get("host_projected_gib") is not None else row.get("host_peak_gib")
+    known = [g for g in (_held_in_memory(row), peak) if g is not None and g == g and g > 0]  # g == g: not NaN
+    return max(known) if known else None
+
+
 def _index_held(p: Any, rows: list[dict[str, Any]]) -> None:
     """``index_gib`` of each index row (its projected index, and the indexes it is built from: DPR's
     HNSW, LSH and PQ read DPR's Flat) and search row (the projected indexes it loads), where their rows
@@ -1058,7 +1068,7 @@ def totals(rows: list[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     twins = [r for r in known if INIT in r["job"]]
     host = [r["host_peak_gib"] for r in rows if r.get("host_peak_gib") is not None]
     dev = [r["gpu_peak_gib"] for r in rows if r.get("gpu_peak_gib") is not None]
-    held = [(r, _held_in_memory(r)) for r in rows]
+    held = [(r, _needs_memory(r)) for r in rows]
     short = sorted(((f"{r['stage']} {r['job']}" + (f" on {r['dataset']}" if r["dataset"] else ""), gib,
                      r["booked_gib"]) for r, gib in held
                     if gib is not None and r.get("booked_gib") is not None and gib > r["booked_gib"]), key=lambda x: -x[1])
@@ -1196,13 +1206,14 @@ def summary(t: Mapping[str, Any]) -> list[str]:
         peaks += (f"; {t['holding_jobs']} job(s) hold their corpus (or its ids and offsets) in memory, up to "
                   f"{t['host_projected_gib']:,.1f} GiB projected at the profile's corpus")
     short = t.get("under_booked") or []
-    booked = (f"memory booked below the projected index or corpus: {len(short)} job(s) build or load an index, or "
-              f"hold a corpus, larger than the memory the workflow books them (mem_mb; a faiss or token index is held "
-              f"in memory whole, Lucene's index and the phrase dump are read from disk): "
+    booked = (f"memory booked below the projected index or corpus, or the measured peak: {len(short)} job(s) build "
+              f"or load an index, or hold a corpus, larger than the memory the workflow books them (mem_mb; a faiss "
+              f"or token index is held in memory whole, Lucene's index and the phrase dump are read from disk), or "
+              f"peaked above it on the rehearsal's slice: "
               + ", ".join(f"{name} {gib:,.1f} GiB > {b:,.1f} GiB booked" for name, gib, b in short[:8])
               + (f", and {len(short) - 8} more" if len(short) > 8 else "")
               + " (a folder's whole size: high where it holds a dump read from disk, as DensePhrases' does); on a "
-                "cluster that enforces its bookings book them at least their index: the profile's scheduler.mem_mb "
+                "cluster that enforces its bookings book them at least their index or that peak: the profile's scheduler.mem_mb "
                 "('<stage> <job id>': MB)") if short else None
     borrowed, sib, sc = t.get("borrowed", 0), t.get("siblings", 0), t.get("scaled", 0)
     also = ([f"{borrowed} index, search and measure jobs projected from the same job measured on another dataset"]

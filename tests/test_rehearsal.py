@@ -922,8 +922,9 @@ def test_the_estimate_names_jobs_booked_less_memory_than_their_projected_index(t
 def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_holds(tmp_path):
     """scheduler.mem_mb books a job more memory than its method declares (harness.workflow.resources,
     read by the estimate too); the paper profile books every index and search job the committed
-    ledger projects at least its index (the phrase index's folder also holds the memory-mapped dump,
-    so its figure is high: booked for the index alone, 320 GB); a key naming no job is a clear error."""
+    ledger projects at least its index, or the peak the rehearsal measured where that is larger (the
+    phrase index's folder also holds the memory-mapped dump, so its figure is high: booked for the
+    index alone, 320 GB); a key naming no job is a clear error."""
     from types import SimpleNamespace
 
     from harness import estimate, ledger, plan
@@ -1383,6 +1384,38 @@ def test_a_sparse_csr_index_past_2_31_entries_is_projected_with_int64_ids():
     assert estimate.disk(job, full / 1000, cost, measured, None, "faiss:Flat") == pytest.approx(measured * full / n)
     small = 100_000   # 77.7M entries: int32 still
     assert estimate.disk(job, small / 1000, cost, measured, None, "sparse-csr") == pytest.approx(measured * small / n)
+
+
+def test_a_job_whose_measured_peak_is_above_its_booking_is_named_under_booked(tmp_path):
+    """The booking check counts the peak the rehearsal measured, not only the projected index or
+    corpus: QCR's k-means index peaked at 6.1 GiB on its slice with 6,000 MB booked, and no projected
+    index said so. A peak below the booking is not named; a peak above it is, with its figure."""
+    import json
+
+    from harness import cost, estimate
+    from harness.config import load_config
+
+    paper = load_config(["configs/profiles/paper.yaml"])
+    paper = {**paper, "scheduler": {k: v for k, v in paper["scheduler"].items() if k != "mem_mb"}}  # the methods' own
+
+    def row(peak_gib: float) -> dict:
+        folder = tmp_path / str(peak_gib) / "indexes/qcr.kmeans/msmarco"
+        folder.mkdir(parents=True)
+        cost.allow_fallbacks(False)
+        c = {**cost.record("index", {"documents": 500}, 10.0), "host_peak_bytes": int(peak_gib * 2**30)}
+        (folder / "meta.json").write_text(json.dumps({"kind": "index", "job": "qcr.kmeans", "dataset": "msmarco",
+                                                      "bytes": 500 * 100, "cost": c}))
+        [r] = [r for r in estimate.estimate(paper, tmp_path / str(peak_gib), other_datasets=False, siblings=False)
+               if (r["stage"], r["job"], r["dataset"]) == ("index", "qcr.kmeans", "msmarco")]
+        return r
+
+    low, high = row(3.0), row(6.13)
+    assert low["booked_gib"] == high["booked_gib"] == round(4000 / 1024, 2)   # the method's own booking
+    assert estimate.totals([low], 8)["under_booked"] == []
+    t = estimate.totals([high], 8)
+    assert t["under_booked"] == [("index qcr.kmeans on msmarco", 6.13, 3.91)]
+    [line] = [x for x in estimate.summary(t) if x.startswith("memory booked below")]
+    assert "or peaked above it on the rehearsal's slice" in line and "index qcr.kmeans on msmarco 6.1 GiB > 3.9 GiB" in line
 
 
 def test_an_ablation_searchs_e_d_held_in_memory_takes_the_same_int64_rule_as_the_index_on_disk():
