@@ -919,6 +919,19 @@ def test_the_estimate_names_jobs_booked_less_memory_than_their_projected_index(t
     assert "bound" not in rows["index", "dpr"]
 
 
+@pytest.mark.parametrize("profile", ["paper", "small"])
+def test_a_profile_computes_every_ir_measure_the_default_computes(profile):
+    """The measures the papers' tables, claims and Figure 3 read (QCR's RR@10, Success@10 and
+    Success@100) are computed in every profile: the paper profile kept LightRetriever's four after QCR
+    added three to the default, and the rehearsal's Figure 3 job failed on it."""
+    from harness.config import load_config
+
+    wanted = set(load_config()["evaluate"]["ir_measures"])
+    assert {"RR@10", "Success@10", "Success@100"} <= wanted
+    have = set(load_config([f"configs/profiles/{profile}.yaml"])["evaluate"]["ir_measures"])
+    assert wanted <= have, sorted(wanted - have)
+
+
 def test_the_paper_profile_books_each_index_job_the_memory_its_projected_index_holds(tmp_path):
     """scheduler.mem_mb books a job more memory than its method declares (harness.workflow.resources,
     read by the estimate too); the paper profile books every index and search job the committed
