@@ -9,7 +9,8 @@ fallbacks, bytes, an index's spec and fixed bytes, hardware, the harness commit 
 search job also the documents of the index it read), and one line per job that failed or did not
 finish, with its log's one-line cause. ``python -m harness estimate --record`` writes the ledger of
 the machine it runs on from ``results/rehearsal``: a job measured again replaces its line, a job
-that now succeeded drops its failure. Reading picks, per job, the record to project from
+that now succeeded drops its failure, a job that failed since it was measured keeps its measured line
+beside the failure. Reading picks, per job, the record to project from
 (:func:`pick`): one measured on a GPU for a job the profile books a GPU for, then one whose settings
 are today's rehearsal's (its ``config_hash``), then one of today's code of the job's step (its ``code``:
 :func:`harness.methods.code.code_id`), then the reference machine's, then the newest. Each projected row names its source
@@ -153,7 +154,7 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
     """Write the ledger of every machine ``root``'s measured jobs ran on (normally this one) from the
     rehearsal's results folder ``root``: each measured job's line replaces its earlier one, each failed
     job's log cause is kept (with the machine of the measured jobs where they all ran on one, else
-    this machine's hardware) unless the job now has a measured line. ``hashes``: today's rehearsal's
+    this machine's hardware) unless the job now has a measured line, beside any measured line it had. ``hashes``: today's rehearsal's
     config hash of each (stage, job, dataset); a job measured with other settings (rehearsal-tiny, or
     an override that changes the job) is not the rehearsal's and is left out, its log named in
     ``skipped``. ``jobs`` and ``failed``: :func:`measured_jobs` and :func:`log_failures` of ``root`` where the caller
@@ -188,8 +189,10 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
         path = folder / f"{name}.jsonl"
         old = {_key(r): r for r in _lines(path)}
         old.update(lines)
-        if name == slug(here):
-            old.update({k: v for k, v in failed_lines.items() if k not in lines})
+        for log in lines:                     # a job that now succeeded drops its failure
+            old.pop(_failed(log), None)
+        if name == slug(here):                # a job that failed since it was measured keeps both lines
+            old.update({_failed(k): v for k, v in failed_lines.items() if k not in lines})
         rows = [old[k] for k in sorted(old)]
         path.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         written[str(path)] = {"jobs": sum("failure" not in r for r in rows), "failures": sum("failure" in r for r in rows)}
@@ -197,7 +200,13 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
 
 
 def _key(r: Mapping[str, Any]) -> str:
-    return str(r["log"]) if "failure" in r else log_of(*job_key(r))
+    return _failed(str(r["log"])) if "failure" in r else log_of(*job_key(r))
+
+
+def _failed(log: str) -> str:
+    """A failure's key: its job's log, after the job's measured line (kept beside it: a rerun killed or
+    out of memory must not erase the cost measured before it)."""
+    return f"{log}\tfailed"
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

@@ -56,6 +56,15 @@ def test_record_writes_one_file_per_machine_and_a_rerun_replaces_its_lines(tmp_p
     (tmp_path / "r2" / "models" / "bpr" / "meta.json").write_text(json.dumps(
         {"kind": "model", "job": "bpr", "hardware": CPU, "cost": cost.record("train", {"steps": 2}, 40.0)}))
     assert ledger.record(tmp_path / "r2", tmp_path / "costs") == {str(path): {"jobs": 4, "failures": 0}}
+    # and failed again (a rerun killed, or out of memory): the failure is kept beside the cost measured before
+    (tmp_path / "r4" / "logs" / "train").mkdir(parents=True)
+    (tmp_path / "r4" / "logs" / "train" / "bpr.log").write_text("error: train bpr: out of memory (it held 21.0 GiB)\n")
+    assert ledger.record(tmp_path / "r4", tmp_path / "costs") == {str(path): {"jobs": 4, "failures": 1}}
+    records = ledger.read(tmp_path / "costs")
+    assert [r["cost"]["seconds"] for r in ledger.measurements(records) if r["job"] == "bpr"] == [40.0]
+    (log, cause), = ledger.failures(records)
+    assert log.startswith("logs/train/bpr.log") and cause.startswith("error: train bpr: out of memory (it held 21.0")
+    assert ledger.record(tmp_path / "r2", tmp_path / "costs") == {str(path): {"jobs": 4, "failures": 0}}
     # a GPU node's jobs go to its own file
     (tmp_path / "r3" / "models" / "dpr").mkdir(parents=True)
     (tmp_path / "r3" / "models" / "dpr" / "meta.json").write_text(json.dumps(
