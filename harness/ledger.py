@@ -154,10 +154,10 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
     """Write the ledger of every machine ``root``'s measured jobs ran on (normally this one) from the
     rehearsal's results folder ``root``: each measured job's line replaces its earlier one, each failed
     job's log cause is kept (with the machine of the measured jobs where they all ran on one, else
-    this machine's hardware) unless the job now has a measured line, beside any measured line it had. ``hashes``: today's rehearsal's
-    config hash of each (stage, job, dataset); a job measured with other settings (rehearsal-tiny, or
-    an override that changes the job) is not the rehearsal's and is left out, its log named in
-    ``skipped``. ``jobs`` and ``failed``: :func:`measured_jobs` and :func:`log_failures` of ``root`` where the caller
+    this machine's hardware) unless the job now has a measured line, beside any measured line it had.
+    ``hashes``: today's rehearsal's config hash of each (stage, job, dataset); a job measured with
+    other settings (rehearsal-tiny, or an override that changes the job) is not the rehearsal's and is
+    left out, its log named in ``skipped``. ``jobs`` and ``failed``: :func:`measured_jobs` and :func:`log_failures` of ``root`` where the caller
     has read them already.
     Returns {file: {"jobs": n, "failures": n}}."""
     from harness.meta import git_commit, hardware
