@@ -157,8 +157,8 @@ def record(root: Path, folder: Path = LEDGER_DIR, hashes: Mapping[tuple, str] | 
     this machine's hardware) unless the job now has a measured line, beside any measured line it had.
     ``hashes``: today's rehearsal's config hash of each (stage, job, dataset); a job measured with
     other settings (rehearsal-tiny, or an override that changes the job) is not the rehearsal's and is
-    left out, its log named in ``skipped``. ``jobs`` and ``failed``: :func:`measured_jobs` and :func:`log_failures` of ``root`` where the caller
-    has read them already.
+    left out, its log named in ``skipped``. ``jobs`` and ``failed``: :func:`measured_jobs` and
+    :func:`log_failures` of ``root`` where the caller has read them already.
     Returns {file: {"jobs": n, "failures": n}}."""
     from harness.meta import git_commit, hardware
 
