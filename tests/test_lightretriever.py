@@ -206,8 +206,10 @@ def lora_trained(tmp_path_factory, cfg, tiny_llama):
 
 
 def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, lora_trained):
-    from harness.methods.base import Context
     from harness.job import Job
+    from harness.methods.base import Context
+    from harness.methods.lightretriever.measure import timed_table
+    from harness.methods.lightretriever.speed import light_inputs, light_token_ids
 
     c, data, model_dir, info = lora_trained
     assert info["training_sets"]["smoke"]["after_decontam_and_sample"] == 24
@@ -226,6 +228,18 @@ def test_decoder_backbone_with_lora_trains_indexes_and_searches(tmp_path, lora_t
     part = model.cache_table(INSTR, tokens=[3007, 2054])
     assert part.num_embeddings == 2
     assert torch.allclose(part.weight, table.weight[[3007, 2054]], atol=1e-5)
+    # Table 1's table: the whole table's size, the rows its queries read as the whole table's, the rest zero
+    texts = ["what is a cached table", "speed of light", "speed of light"]
+    timed, n = timed_table(model, INSTR, texts)
+    ids = light_token_ids(model.tok, texts, model.vocab)
+    read = sorted({t for q in ids for t in q})
+    assert timed.num_embeddings == table.num_embeddings and n == len(read) > 0
+    assert torch.allclose(timed.weight[read], table.weight[read], atol=1e-5)
+    unread = torch.ones(model.vocab, dtype=torch.bool)
+    unread[read] = False
+    assert not timed.weight[unread].any()
+    flat, offsets = light_inputs(ids, len(ids))[0]   # the lookups Table 1 times: the same from either table
+    assert torch.allclose(timed(flat, offsets), table(flat, offsets), atol=1e-5)
     index = tmp_path / "index"
     index.mkdir()
     job = Job("index", "lightretriever", "lightretriever", "build", params={"variant": None, "sparse": True})

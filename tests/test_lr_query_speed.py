@@ -90,6 +90,16 @@ def test_time_full_projects_linearly(tiny_llama, tokenizer):
     assert full["kind"] == "measured" and full["queries_timed"] == 12 and full["batches_timed"] == 3
     assert full["seconds"] == full["measured_seconds"] == sum(full["batch_seconds"])
     assert len(full["batch_seconds"]) == 3
+    # the rehearsal's probe: the first 2 queries of each batch of 4 timed, projected per query to all 12
+    part = lq.time_full(tiny_llama, tokenizer, texts, batch_size=4, sub_batch=2)
+    assert part["kind"] == "projected" and part["sub_batch"] == 2
+    assert part["batches_timed"] == 3 and part["queries_timed"] == 6
+    assert part["seconds"] == pytest.approx(part["measured_seconds"] / 6 * 12)
+    assert "the first 2 of each batch of 4" in part["note"]
+    whole = lq.time_full(tiny_llama, tokenizer, texts, batch_size=4, sub_batch=4)   # not below the batch: whole
+    assert whole["kind"] == "measured" and whole["sub_batch"] is None and whole["queries_timed"] == 12
+    with pytest.raises(ValueError, match="sub_batch"):
+        lq.time_full(tiny_llama, tokenizer, texts, batch_size=4, sub_batch=0)
 
 
 def test_time_full_bert_and_tokenize(tiny_bert, tokenizer):
@@ -123,6 +133,11 @@ def test_speed_table_rows_without_gpu(tiny_llama, tokenizer):
         assert r["bound_s"] == pytest.approx(r["bytes_read"] / 1e9)
     res = lq.targets(rows)
     assert set(res) == {"a", "b"} and res["b"]["batch_size"] == 4
+    assert all(r["full_sub_batch"] is None for r in rows)
+    cut = lq.speed_table(TEXTS, tokenizer=tokenizer, full_model=tiny_llama, table=table, batch_sizes=(2, 4),
+                         n_queries=8, gpu=False, light_repeats=1, bandwidth=1e9, full_sub_batch=2)
+    assert [(r["full_sub_batch"], r["full_cpu_kind"], r["full_cpu_queries_timed"]) for r in cut] == \
+        [(None, "measured", 8), (2, "projected", 4)]
     assert "batch" in lq.format_table(rows)
 
 

@@ -206,6 +206,7 @@ def time_full(
     max_len: int = 512,
     budget_s: float | None = None,
     warmup_batches: int = 1,
+    sub_batch: int | None = None,
 ) -> dict[str, Any]:
     """Full-size encoder time for ``texts`` in batches: ``model(**batch)`` + ``eos_pool`` per batch.
 
@@ -216,13 +217,23 @@ def time_full(
     batches are timed. If ``budget_s`` is given and the timed total exceeds it, timing stops and
     ``seconds`` is projected linearly: ``measured_seconds / queries_timed * len(texts)``
     (``kind="projected"``); otherwise ``seconds`` is the measured total (``kind="measured"``).
-    At least one batch is always timed.
+    At least one batch is always timed. ``sub_batch`` (below ``batch_size``): each batch is cut to its
+    first ``sub_batch`` queries, warm-up included, and ``seconds`` is projected per query to all
+    (``kind="projected"``): the paper rehearsal's probe, where one batch of 8,192 queries through a 1B
+    model is hours and more memory than a CPU node has (its per-query cost at the sub-batch, not at the
+    batch: a GPU's falls with the batch).
     """
     texts = list(texts)
     if not texts:
         raise ValueError("time_full: no texts")
+    if sub_batch is not None and sub_batch < 1:
+        raise ValueError(f"time_full: sub_batch must be >= 1, got {sub_batch}")
     dev = torch.device(device)
     batches = list(_batches(texts, batch_size))
+    if sub_batch is not None and sub_batch < batch_size:
+        batches = [batch[:sub_batch] for batch in batches]
+    else:
+        sub_batch = None
 
     def prepare(batch: Sequence[str]) -> dict[str, Tensor]:
         enc = tokenizer(list(batch), padding=True, truncation=True, max_length=max_len, return_tensors="pt")
@@ -268,9 +279,11 @@ def time_full(
         "device": str(dev),
         "budget_s": budget_s,
         "warmup_batches": warmup_batches,
+        "sub_batch": sub_batch,
         "note": None if complete else (
-            f"projected: {measured:.3f} s measured on {queries_timed} of {len(texts)} queries, "
-            "scaled linearly to all"),
+            f"projected: {measured:.3f} s measured on {queries_timed} of {len(texts)} queries"
+            + (f" (the first {sub_batch} of each batch of {batch_size})" if sub_batch else "")
+            + ", scaled linearly to all"),
     }
 
 
@@ -497,6 +510,7 @@ def speed_table(
     n_queries: int = PAPER_N_QUERIES,
     max_len: int = 512,
     full_budget_s: float | None = None,
+    full_sub_batch: int | None = None,
     gpu: bool = torch.cuda.is_available(),
     light_repeats: int = 3,
     warmup_batches: int = 1,
@@ -506,8 +520,9 @@ def speed_table(
     """Table 1: one row per batch size for ``texts`` cycled to ``n_queries``.
 
     Row keys: batch_size, queries, tokenize_s; full_cpu_s, full_cpu_kind ("measured" or
-    "projected"), full_cpu_queries_timed; full_gpu_s, full_gpu_kind (None without GPU);
-    light_cpu_s, light_gpu_s (None without GPU); speedup_cpu (full_cpu / light_cpu), speedup_gpu
+    "projected"), full_cpu_queries_timed, full_sub_batch (the queries timed of each batch where
+    ``full_sub_batch`` cut it, else None: :func:`time_full`); full_gpu_s, full_gpu_kind (None without
+    GPU); light_cpu_s, light_gpu_s (None without GPU); speedup_cpu (full_cpu / light_cpu), speedup_gpu
     (full_gpu / light_gpu), speedup_gpu_vs_light_cpu (full_gpu / light_cpu); tokens, bytes_read,
     bandwidth (bytes/s read by a CPU copy), bound_s (bytes_read / bandwidth) and light_over_bound
     (light_cpu_s / bound_s), distinct_tokens (table rows touched). ``full_model=None`` leaves the
@@ -528,12 +543,13 @@ def speed_table(
             say(f"batch size {bs}: full-size encoder, CPU"
                 + (f" (budget {full_budget_s:g} s, then projected)" if full_budget_s is not None else ""))
             full_cpu = time_full(full_model, tokenizer, queries, bs, device="cpu", max_len=max_len,
-                                 budget_s=full_budget_s, warmup_batches=warmup_batches)
+                                 budget_s=full_budget_s, warmup_batches=warmup_batches, sub_batch=full_sub_batch)
             if gpu:
                 say(f"batch size {bs}: full-size encoder, GPU")
                 try:
                     full_gpu = time_full(full_model, tokenizer, queries, bs, device="cuda", max_len=max_len,
-                                         budget_s=full_budget_s, warmup_batches=warmup_batches)
+                                         budget_s=full_budget_s, warmup_batches=warmup_batches,
+                                         sub_batch=full_sub_batch)
                 except torch.cuda.OutOfMemoryError:
                     full_gpu = {"seconds": None, "kind": "OOM", "queries_timed": 0}
                     torch.cuda.empty_cache()
@@ -549,6 +565,7 @@ def speed_table(
             "full_cpu_s": fc,
             "full_cpu_kind": full_cpu["kind"] if full_cpu else None,
             "full_cpu_queries_timed": full_cpu["queries_timed"] if full_cpu else None,
+            "full_sub_batch": full_cpu["sub_batch"] if full_cpu else None,
             "full_gpu_s": fg,
             "full_gpu_kind": full_gpu["kind"] if full_gpu else None,
             "light_cpu_s": lc,
