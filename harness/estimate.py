@@ -838,7 +838,7 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     from harness.workflow import booked_mem_mb
 
     stage = job.stage
-    code = code_id(str(stage), job.method, job.step)   # today's code of the job's step (ledger.pick prefers it)
+    code = code_id(str(stage), job.method, job.step, module=job.module or None)   # today's (ledger.pick prefers it)
     d = ledger.pick(cands, bool(job.gpu), now, prefer, code)
     capped = d.get("batch_capped_at") if stage == "train" else None
     row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"),
@@ -886,7 +886,7 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
                         f"now {now[:10]}: the job's or an input's settings changed since)")
     ran = ledger.code_of(d)
     if code is not None and ran != code:
-        row["older_code"] = (f"measured on other code than today's ({', '.join(code_paths(str(stage), job.method, job.step))} "
+        row["older_code"] = (f"measured on other code than today's ({', '.join(code_paths(str(stage), job.method, job.step, job.module or None))} "
                              + (f"changed since commit {str(d.get('git_commit'))[:7]}" if ran else "at a commit this clone lacks")
                              + ")")
     row["booked_gib"] = round(booked_mem_mb(cfg, job) / 1024, 2)  # what the workflow's resources book
@@ -1001,8 +1001,8 @@ def _index_held(p: Any, rows: list[dict[str, Any]]) -> None:
 def with_code(records: Iterable[Mapping[str, Any]], step_of: Any) -> list[dict[str, Any]]:
     """``records`` each with its ``code`` (:func:`harness.methods.code.code_id`), read from git at its
     commit where the record has none (a meta.json or ledger line older than the field; a commit marked
-    +dirty read as committed); ``step_of((stage, job, dataset))``: the step the job runs (None where
-    unknown: the record stays without)."""
+    +dirty read as committed); ``step_of((stage, job, dataset))``: the step the job runs and the module
+    it is a function of (None where unknown: the record stays without)."""
     from harness.methods.code import code_id
 
     out = []
@@ -1011,8 +1011,8 @@ def with_code(records: Iterable[Mapping[str, Any]], step_of: Any) -> list[dict[s
         commit = str(r.get("git_commit") or "")
         if not r.get("code") and "failure" not in r and commit and commit != "unknown":
             key = job_key(r)
-            step = step_of(key)
-            code = code_id(key[0], r.get("method"), step, commit) if step else None
+            found = step_of(key)
+            code = code_id(key[0], r.get("method"), found[0], commit, found[1]) if found else None
             if code:
                 r["code"] = code
         out.append(r)
@@ -1020,15 +1020,16 @@ def with_code(records: Iterable[Mapping[str, Any]], step_of: Any) -> list[dict[s
 
 
 def step_of(p: Any) -> Any:
-    """(stage, job, dataset) -> the step the job of plan ``p`` runs, None where the plan has no such job
-    (:func:`with_code`)."""
+    """(stage, job, dataset) -> (the step the job of plan ``p`` runs, its module where not its method's:
+    ``Job.module``), None where the plan has no such job (:func:`with_code`)."""
     from harness.errors import ConfigError
 
-    def step(key: tuple[str, str, str | None]) -> str | None:
+    def step(key: tuple[str, str, str | None]) -> tuple[str, str | None] | None:
         try:
-            return p.job(*key).step
+            job = p.job(*key)
         except ConfigError:
             return None
+        return job.step, job.module or None
     return step
 
 

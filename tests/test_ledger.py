@@ -284,6 +284,26 @@ def test_code_id_is_the_steps_own_modules_at_a_commit_or_as_they_are_now(tmp_pat
     mc.code_id.cache_clear()
 
 
+def test_a_fusion_job_runs_no_code_of_its_method():
+    """A fusion job (harness.fusion.fusion_job: LightRetriever's hybrid, BM25's) is a step of the shared
+    fusion module: its code digest names no method module, so a change to LightRetriever's measure jobs
+    does not make its hybrid's record one of other code (it did: the step, not found in the method's
+    module, fell back to the method's whole package)."""
+    from harness import plan
+    from harness.config import load_config
+    from harness.methods.code import code_id, code_paths
+
+    p = plan.pin(load_config(["configs/profiles/paper.yaml"]))
+    key = ("search", "lightretriever.hybrid", "msmarco")
+    job = p.job(*key)
+    assert (job.step, job.module) == ("run_fusion", "harness.fusion") == estimate.step_of(p)(key)
+    assert code_paths("search", job.method, job.step, job.module) == ()
+    assert code_id("search", job.method, job.step, None, job.module) is None
+    own = p.job("search", "lightretriever", "msmarco")   # the method's own search: its modules
+    assert "harness/methods/lightretriever/search.py" in code_paths("search", own.method, own.step, own.module or None)
+    assert not any("measure" in f or "speed" in f for f in code_paths("search", own.method, own.step))
+
+
 def test_pick_prefers_a_record_of_todays_code_before_the_reference_machine():
     """VDR's training measured on the reference machine before its corpus was read by id took 2.4x the
     seconds a step of today's code on another machine: a record of today's code (harness.meta.code_id)
@@ -303,7 +323,7 @@ def test_pick_prefers_a_record_of_todays_code_before_the_reference_machine():
     bare = {k: v for k, v in new.items() if k != "code"}
     assert ledger.code_of(bare) is None
     assert ledger.pick([bare, old], gpu_job=False, current_hash="h1", prefer=ref, code="bbbb") is old
-    [filled] = estimate.with_code([bare], lambda key: "train_step")   # no commit to read it from
+    [filled] = estimate.with_code([bare], lambda key: ("train_step", None))   # no commit to read it from
     assert "code" not in filled
     from harness.methods.code import code_id
     head = code_id("train", "dpr", "train_step")
@@ -313,7 +333,7 @@ def test_pick_prefers_a_record_of_todays_code_before_the_reference_machine():
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "harness/methods"], capture_output=True,
                                text=True).stdout.strip()
         [filled] = estimate.with_code([{**bare, "job": "dpr", "method": "dpr", "git_commit": sha}],
-                                      lambda key: "train_step")
+                                      lambda key: ("train_step", None))
         assert dirty or filled["code"] == head
 
 

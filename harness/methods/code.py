@@ -45,15 +45,18 @@ def _imported(path: str, names: set[str] | None = None) -> set[str]:
     return {m for m in out if m.startswith(METHODS_PACKAGE + ".") and _module_file(m)}
 
 
-def code_paths(stage: str | None, method: str | None, step: str | None = None) -> tuple[str, ...]:
+def code_paths(stage: str | None, method: str | None, step: str | None = None,
+               module: str | None = None) -> tuple[str, ...]:
     """A job's own code, as files relative to the repository: the modules of the method package that
     its step runs: where the step is a method module's function, the modules its body's names come
     from (a jobs.py's thin step: the module it calls; jobs.py's declarations are left out) and every
     module of :data:`METHODS_PACKAGE` those import, followed to the end; else the module (or package)
     the method or step is registered with; a stage that is not a method's step its own module
-    (:data:`STAGE_CODE`). () where it has none in this repository (a plugin). Shared modules (the corpus
-    store, the training loop, the model loaders, the timing) are not counted: a change there changes
-    every job."""
+    (:data:`STAGE_CODE`). ``module``: the module whose ``step`` runs the job where it is not the
+    method's (``Job.module``): a step of a shared module (:func:`harness.fusion.fusion_job`'s
+    ``run_fusion``) runs no method code, (). () where it has none in this repository (a plugin). Shared
+    modules (the corpus store, the training loop, the model loaders, the timing, the fusions) are not
+    counted: a change there changes every job."""
     import ast
     import importlib
     import inspect
@@ -62,7 +65,9 @@ def code_paths(stage: str | None, method: str | None, step: str | None = None) -
 
     if stage in STAGE_CODE:
         return STAGE_CODE[stage]
-    module = next((reg.get(method) for reg in (METHODS, STEPS) if method in reg), None)
+    if module and not module.startswith(METHODS_PACKAGE + "."):
+        return ()
+    module = module or next((reg.get(method) for reg in (METHODS, STEPS) if method in reg), None)
     if module is None:
         return ()
     fn = getattr(importlib.import_module(module), step, None) if step else None
@@ -89,16 +94,18 @@ def _blob_id(data: bytes) -> str:
 
 
 @lru_cache(maxsize=None)
-def code_id(stage: str | None, method: str | None, step: str | None = None, commit: str | None = None) -> str | None:
+def code_id(stage: str | None, method: str | None, step: str | None = None, commit: str | None = None,
+            module: str | None = None) -> str | None:
     """A digest of a job's own code (:func:`code_paths`, as today's files import each other), the same
     for the same files: their git blob ids at ``commit`` (``git ls-tree``; a commit marked ``+dirty``
     read as committed: an approximation; a file that did not exist then counts as absent), or in the
     working tree where ``commit`` is None (what a job runs). None where it cannot say: no source path,
     no git, or a commit this clone does not hold (a shallow clone, an amended commit). Two cost records
-    with the same digest ran the same method code (:func:`harness.ledger.pick`)."""
+    with the same digest ran the same method code (:func:`harness.ledger.pick`). ``module``: as
+    :func:`code_paths`'s."""
     import hashlib
 
-    paths = code_paths(stage, method, step)
+    paths = code_paths(stage, method, step, module)
     if not paths:
         return None
     files: dict[str, str] = {}
