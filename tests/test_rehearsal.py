@@ -150,6 +150,24 @@ def test_the_rehearsals_speed_job_keeps_the_papers_queries_and_batches_and_times
         assert key in ("full_budget_s", "full_sub_batch") or speed[key] == value, key
 
 
+def test_the_speed_job_books_a_gpu_and_the_host_memory_of_its_paper_shape():
+    """LightRetriever Table 1's GPU columns are timed only where its job has a GPU, which a cluster gives
+    a job that books one: the paper profile's books it (the rehearsal found it booked none), and host
+    memory for the Mistral-7B shape built in float32 beside the 7.1 GiB the rehearsal measured it
+    holding without the shape (the booking was the method's 12,000 MB)."""
+    from harness import plan
+    from harness.config import load_config
+    from harness.methods.lightretriever import speed as lq
+    from harness.workflow import booked_mem_mb
+
+    cfg = load_config(["configs/profiles/paper.yaml"])
+    job = plan.pin(cfg).job("measure", "lightretriever.speed", "msmarco")
+    assert job.gpu and cfg["methods"]["lightretriever"]["speed"]["shapes"] == ["mistral-7b"]
+    rest = booked_mem_mb(cfg, job) * 2**20 - int(7.1 * 2**30)
+    assert lq.fits_in_memory(lq.PAPER_SHAPES["mistral-7b"], available=rest)[0]
+    assert not lq.fits_in_memory(lq.PAPER_SHAPES["mistral-7b"], available=12000 * 2**20 - int(7.1 * 2**30))[0]
+
+
 def test_the_estimate_names_the_jobs_it_does_not_price_with_their_benchmark_seconds(tmp_path):
     """The evaluate, table and single bookkeeping jobs of the DAG record no cost: the estimate counts them
     and quotes Snakemake's benchmark files of the rehearsal (never a train or search job's)."""

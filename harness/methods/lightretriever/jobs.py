@@ -92,8 +92,10 @@ def declare(cfg: Mapping[str, Any], name: str) -> list[Job]:
             raise ConfigError(f"{m}.speed.dataset: unknown dataset {sp['dataset']!r}")
         bs = [f"{NAME}.speed-bs{b}" for b in sp["batch_sizes"]]
         shapes = [f"{NAME}.speed-{sh}-bs{b}" for sh in sp["shapes"] for b in sp["shape_batch_sizes"]]
+        # on the method's device: Table 1's GPU columns (the full-size encoder and the lookup on CUDA) are
+        # timed where the job has a GPU, which a cluster gives it only when it books one
         jobs.append(Job("measure", f"{NAME}.speed", name, "measure_speed", sp["dataset"], systems=(*bs, *shapes),
-                        keys=affects(name, "measure.speed"), mem_mb=12000,
+                        keys=affects(name, "measure.speed"), mem_mb=12000, gpu=gpu,
                         inputs={"data": Ref("data", dataset=sp["dataset"]), "model": Ref("model", NAME)}))
     return jobs
 
