@@ -886,7 +886,8 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
                         f"now {now[:10]}: the job's or an input's settings changed since)")
     ran = ledger.code_of(d)
     if code is not None and ran != code:
-        row["older_code"] = (f"measured on other code than today's ({', '.join(code_paths(str(stage), job.method, job.step, job.module or None))} "
+        paths = code_paths(str(stage), job.method, job.step, job.module or None)
+        row["older_code"] = (f"measured on other code than today's ({', '.join(paths)} "
                              + (f"changed since commit {str(d.get('git_commit'))[:7]}" if ran else "at a commit this clone lacks")
                              + ")")
     row["booked_gib"] = round(booked_mem_mb(cfg, job) / 1024, 2)  # what the workflow's resources book
