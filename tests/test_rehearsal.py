@@ -150,6 +150,21 @@ def test_the_rehearsals_speed_job_keeps_the_papers_queries_and_batches_and_times
         assert key in ("full_budget_s", "full_sub_batch") or speed[key] == value, key
 
 
+def test_the_rehearsals_synthetic_index_keeps_the_papers_densities_on_fewer_passages():
+    """SVDR Table 5 in the rehearsal: the paper profile's densities and batch sizes, over few enough
+    passages to run on a CPU node (the paper profile's 10M need 62 GiB)."""
+    from harness.config import load_config
+    from harness.methods.vdr.synthetic import synthetic_bytes
+
+    paper = load_config(["configs/profiles/paper.yaml"])["methods"]["svdr"]["synthetic"]
+    rehearsal = load_config(["configs/profiles/paper.yaml", "configs/profiles/rehearsal.yaml"])["methods"]["svdr"]
+    syn = rehearsal["synthetic"]
+    assert {k: v for k, v in syn.items() if k != "passages"} == {k: v for k, v in paper.items() if k != "passages"}
+    assert syn["passages"] < paper["passages"]
+    assert synthetic_bytes(paper["passages"], paper["densities"], paper["base_density"]) > 60 * 2**30
+    assert synthetic_bytes(syn["passages"], syn["densities"], syn["base_density"]) < 4 * 2**30
+
+
 def test_the_speed_job_books_a_gpu_and_the_host_memory_of_its_paper_shape():
     """LightRetriever Table 1's GPU columns are timed only where its job has a GPU, which a cluster gives
     a job that books one: the paper profile's books it (the rehearsal found it booked none), and host
