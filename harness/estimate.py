@@ -838,7 +838,7 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
     from harness.workflow import booked_mem_mb
 
     stage = job.stage
-    code = code_id(str(stage), job.method, job.step, module=job.module or None)   # today's (ledger.pick prefers it)
+    code = code_id(str(stage), job.method, job.step, module=job.module)   # today's (ledger.pick prefers it)
     d = ledger.pick(cands, bool(job.gpu), now, prefer, code)
     capped = d.get("batch_capped_at") if stage == "train" else None
     row = project(cfg, job, d["cost"], d.get("config_values"), d.get("bytes"), d.get("fixed_bytes"), d.get("spec"),
@@ -886,7 +886,7 @@ def _row(cfg: Mapping[str, Any], job: Any, cands: list[dict[str, Any]], now: str
                         f"now {now[:10]}: the job's or an input's settings changed since)")
     ran = ledger.code_of(d)
     if code is not None and ran != code:
-        paths = code_paths(str(stage), job.method, job.step, job.module or None)
+        paths = code_paths(str(stage), job.method, job.step, job.module)
         row["older_code"] = (f"measured on other code than today's ({', '.join(paths)} "
                              + (f"changed since commit {str(d.get('git_commit'))[:7]}" if ran else "at a commit this clone lacks")
                              + ")")
@@ -1021,16 +1021,16 @@ def with_code(records: Iterable[Mapping[str, Any]], step_of: Any) -> list[dict[s
 
 
 def step_of(p: Any) -> Any:
-    """(stage, job, dataset) -> (the step the job of plan ``p`` runs, its module where not its method's:
-    ``Job.module``), None where the plan has no such job (:func:`with_code`)."""
+    """(stage, job, dataset) -> (the step the job of plan ``p`` runs, its module: ``Job.module``, empty
+    where the method's), None where the plan has no such job (:func:`with_code`)."""
     from harness.errors import ConfigError
 
-    def step(key: tuple[str, str, str | None]) -> tuple[str, str | None] | None:
+    def step(key: tuple[str, str, str | None]) -> tuple[str, str] | None:
         try:
             job = p.job(*key)
         except ConfigError:
             return None
-        return job.step, job.module or None
+        return job.step, job.module
     return step
 
 

@@ -80,7 +80,7 @@ def run_stage(stage: str, argv: list[str]) -> int:
                    extra={"job": job.id, "method": job.method, "dataset": job.dataset, "systems": list(job.systems),
                           "profile": cfg.get("profile"),   # python -m harness estimate prices the rehearsal's alone
                           # the method's source as it ran (harness.ledger.pick)
-                          "code": code_id(str(stage), job.method, job.step, module=job.module or None),
+                          "code": code_id(str(stage), job.method, job.step, module=job.module),
                           "config_values": p.values(job), "input_hashes": p.input_hashes(job),
                           "inputs": {r: str(v) for r, v in inputs.items()}, "numerics": numerics.describe(mode),
                           "settings_read": sorted(reads), "settings_unhashed": unhashed,

@@ -300,7 +300,7 @@ def test_a_fusion_job_runs_no_code_of_its_method():
     assert code_paths("search", job.method, job.step, job.module) == ()
     assert code_id("search", job.method, job.step, None, job.module) is None
     own = p.job("search", "lightretriever", "msmarco")   # the method's own search: its modules
-    assert "harness/methods/lightretriever/search.py" in code_paths("search", own.method, own.step, own.module or None)
+    assert "harness/methods/lightretriever/search.py" in code_paths("search", own.method, own.step, own.module)
     assert not any("measure" in f or "speed" in f for f in code_paths("search", own.method, own.step))
 
 

@@ -52,8 +52,8 @@ def code_paths(stage: str | None, method: str | None, step: str | None = None,
     from (a jobs.py's thin step: the module it calls; jobs.py's declarations are left out) and every
     module of :data:`METHODS_PACKAGE` those import, followed to the end; else the module (or package)
     the method or step is registered with; a stage that is not a method's step its own module
-    (:data:`STAGE_CODE`). ``module``: the module whose ``step`` runs the job where it is not the
-    method's (``Job.module``): a step of a shared module (:func:`harness.fusion.fusion_job`'s
+    (:data:`STAGE_CODE`). ``module``: the module whose ``step`` runs the job (``Job.module``; empty or
+    None: the method's): a step of a shared module (:func:`harness.fusion.fusion_job`'s
     ``run_fusion``) runs no method code, (). () where it has none in this repository (a plugin). Shared
     modules (the corpus store, the training loop, the model loaders, the timing, the fusions) are not
     counted: a change there changes every job."""
